@@ -1,0 +1,57 @@
+# One entry point for a fresh machine with Python >= 3.11 and a C compiler:
+#   make lab    create .venv, build the kernels, open the course in JupyterLab
+#   make test   create .venv, build the kernels, run the whole test suite
+# Variables: PORT=8888, PYTHON=python3, JOBS=2 (pytest workers), NK_NATIVE=1 (build with
+# -march=native), TORCH=auto|1|0: PyTorch is an optional test reference; `auto` installs the
+# small CPU build (torch==2.13.0+cpu) only where a package index or wheel folder offers it,
+# `1` installs torch==2.13.0 from any index (large), `0` never.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PORT   ?= 8888
+JOBS   ?= 2
+TORCH  ?= auto
+BIN    := $(VENV)/bin
+# No browser is launched when there is no display to show it on.
+OPEN_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+
+.PHONY: setup lab test test-fast bench clean torch-reference
+
+setup: $(VENV)/.installed
+	@$(BIN)/python setup.py -q build_ext --inplace -j 2 >/dev/null
+	@$(BIN)/python -c "import needle_kernels.backend_ndarray as nd; print('needle_kernels ready:', [str(d) + (' (enabled)' if d.enabled() else ' (disabled)') for d in nd.all_devices()])"
+
+$(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_system_deps.sh
+	@bash scripts/install_system_deps.sh
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "setuptools>=68" wheel "Cython>=3.0" "numpy>=1.26"
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
+	@touch $@
+
+lab: setup
+	cd course && ../$(BIN)/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(OPEN_BROWSER)
+
+test: setup
+	@$(MAKE) --no-print-directory torch-reference
+	$(BIN)/python -m pytest -n $(JOBS) -q -rs autotests
+	NEEDLE_BACKEND=np $(BIN)/python -m pytest -n $(JOBS) -q autotests/library
+
+test-fast: setup
+	$(BIN)/python -m pytest -n $(JOBS) -q -m "not slow" autotests
+
+bench: setup
+	$(BIN)/python benchmarks/bench_backend.py
+	$(BIN)/python benchmarks/bench_models.py
+
+clean:
+	rm -rf build $(VENV) needle_kernels/**/*.so
+	find needle_kernels -name '*.c' -path '*backend*' -delete
+
+torch-reference:
+	@if [ "$(TORCH)" = "0" ] || $(BIN)/python -c "import torch" 2>/dev/null; then exit 0; fi; \
+	if [ "$(TORCH)" = "1" ]; then $(BIN)/python -m pip install -q torch==2.13.0; \
+	else $(BIN)/python -m pip install -q "torch==2.13.0+cpu" >/dev/null 2>&1 \
+	  && echo "PyTorch (CPU) installed as a test reference" \
+	  || echo "PyTorch not available locally: its cross-checks will be skipped (make test TORCH=1 to fetch it)"; fi

@@ -1,0 +1,30 @@
+// Helpers shared by every kernel file of the CUDA backend.
+//
+// The Python side inlines this header into each source before handing it to
+// NVRTC, so it must stay free of system includes (NVRTC has no host headers).
+#pragma once
+
+// Element counts and offsets are 64-bit: a single H100 holds arrays of more
+// than 2^31 float32 elements.
+typedef long long index_t;
+
+// Grid-stride loops: every kernel is launched with a grid capped on the
+// Python side, and each thread walks i, i + (threads in grid), ... so any
+// size is covered by any grid.
+__device__ __forceinline__ index_t thread_index() {
+    return (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ index_t thread_count() {
+    return (index_t)gridDim.x * blockDim.x;
+}
+
+// numpy's maximum propagates NaN (fmaxf would drop it): if either side is
+// NaN the result is NaN.
+__device__ __forceinline__ float nan_max(float x, float y) {
+    return (x > y || x != x) ? x : y;
+}
+
+__device__ __forceinline__ float negative_infinity() {
+    return __int_as_float(0xff800000);
+}

@@ -1,0 +1,95 @@
+// Element-wise kernels on compact float32 arrays of n elements.
+//
+// Each kernel is one line of math handed to a grid-stride map. Inputs may
+// alias the output (out = a + a, a += b), so no pointer is __restrict__.
+#include "common.cuh"
+
+template <class F>
+__device__ __forceinline__ void map_unary(const float* a, float* out, index_t n, F f) {
+    for (index_t i = thread_index(); i < n; i += thread_count()) {
+        out[i] = f(a[i]);
+    }
+}
+
+template <class F>
+__device__ __forceinline__ void map_binary(const float* a, const float* b, float* out, index_t n, F f) {
+    for (index_t i = thread_index(); i < n; i += thread_count()) {
+        out[i] = f(a[i], b[i]);
+    }
+}
+
+extern "C" __global__ void fill(float* out, float val, index_t n) {
+    for (index_t i = thread_index(); i < n; i += thread_count()) {
+        out[i] = val;
+    }
+}
+
+// ------------------------------------------------------------ array, array
+
+extern "C" __global__ void ewise_add(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x + y; });
+}
+
+extern "C" __global__ void ewise_mul(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x * y; });
+}
+
+extern "C" __global__ void ewise_div(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x / y; });
+}
+
+extern "C" __global__ void ewise_maximum(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return nan_max(x, y); });
+}
+
+extern "C" __global__ void ewise_eq(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x == y ? 1.0f : 0.0f; });
+}
+
+extern "C" __global__ void ewise_ge(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x >= y ? 1.0f : 0.0f; });
+}
+
+// ------------------------------------------------------------ array, scalar
+
+extern "C" __global__ void scalar_add(const float* a, float v, float* out, index_t n) {
+    map_unary(a, out, n, [v](float x) { return x + v; });
+}
+
+extern "C" __global__ void scalar_mul(const float* a, float v, float* out, index_t n) {
+    map_unary(a, out, n, [v](float x) { return x * v; });
+}
+
+extern "C" __global__ void scalar_div(const float* a, float v, float* out, index_t n) {
+    map_unary(a, out, n, [v](float x) { return x / v; });
+}
+
+extern "C" __global__ void scalar_power(const float* a, float v, float* out, index_t n) {
+    map_unary(a, out, n, [v](float x) { return powf(x, v); });
+}
+
+extern "C" __global__ void scalar_maximum(const float* a, float v, float* out, index_t n) {
+    map_unary(a, out, n, [v](float x) { return nan_max(x, v); });
+}
+
+extern "C" __global__ void scalar_eq(const float* a, float v, float* out, index_t n) {
+    map_unary(a, out, n, [v](float x) { return x == v ? 1.0f : 0.0f; });
+}
+
+extern "C" __global__ void scalar_ge(const float* a, float v, float* out, index_t n) {
+    map_unary(a, out, n, [v](float x) { return x >= v ? 1.0f : 0.0f; });
+}
+
+// ------------------------------------------------------------ unary
+
+extern "C" __global__ void ewise_log(const float* a, float* out, index_t n) {
+    map_unary(a, out, n, [](float x) { return logf(x); });
+}
+
+extern "C" __global__ void ewise_exp(const float* a, float* out, index_t n) {
+    map_unary(a, out, n, [](float x) { return expf(x); });
+}
+
+extern "C" __global__ void ewise_tanh(const float* a, float* out, index_t n) {
+    map_unary(a, out, n, [](float x) { return tanhf(x); });
+}

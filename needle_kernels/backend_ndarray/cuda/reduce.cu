@@ -1,0 +1,107 @@
+// Reductions (sum, max) of compact float32 arrays.
+//
+// reduce_*_rows: a (n_out, R) reduced over its contiguous last axis. One
+//   block per output row (grid-stride over rows): threads stride along the
+//   row (coalesced), then the block combines its partial results with warp
+//   shuffles and one shared-memory exchange between warps.
+// reduce_*_middle: a (outer, R, inner) reduced over the middle axis. 32
+//   threads in x cover 32 neighbouring outputs along inner, so every load
+//   of a warp is one contiguous 128-byte line; 8 rows of threads in y split
+//   the R axis and are combined by a shared-memory tree.
+#include "common.cuh"
+
+#define FULL_MASK 0xffffffffu
+#define MIDDLE_LANES 32  // blockDim.x of the middle kernels
+#define MIDDLE_ROWS 8    // blockDim.y of the middle kernels, a power of two
+
+struct SumOp {
+    __device__ static float identity() { return 0.0f; }
+    __device__ float operator()(float x, float y) const { return x + y; }
+};
+
+struct MaxOp {
+    __device__ static float identity() { return negative_infinity(); }
+    __device__ float operator()(float x, float y) const { return nan_max(x, y); }
+};
+
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) v = op(v, __shfl_down_sync(FULL_MASK, v, s));
+    return v;
+}
+
+// Combines one value per thread; the result is valid in thread 0. Every
+// thread of the block must call it (blockDim.x a multiple of 32).
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, Op op) {
+    __shared__ float warp_results[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int warps = blockDim.x / 32;
+    v = warp_reduce(v, op);
+    if (lane == 0) warp_results[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? warp_results[lane] : Op::identity();
+        v = warp_reduce(v, op);
+    }
+    // warp_results is reused by this block's next output.
+    __syncthreads();
+    return v;
+}
+
+template <class Op>
+__device__ __forceinline__ void reduce_rows(const float* a, float* out, index_t n_out, index_t R, Op op) {
+    for (index_t o = blockIdx.x; o < n_out; o += gridDim.x) {
+        const float* row = a + o * R;
+        float acc = Op::identity();
+        for (index_t r = threadIdx.x; r < R; r += blockDim.x) acc = op(acc, row[r]);
+        acc = block_reduce(acc, op);
+        if (threadIdx.x == 0) out[o] = acc;
+    }
+}
+
+template <class Op>
+__device__ __forceinline__ void reduce_middle(const float* a, float* out, index_t outer, index_t R,
+                                              index_t inner, Op op) {
+    __shared__ float partial[MIDDLE_ROWS][MIDDLE_LANES];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const index_t inner_tiles = (inner + MIDDLE_LANES - 1) / MIDDLE_LANES;
+    const index_t tiles = outer * inner_tiles;
+    for (index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const index_t o = t / inner_tiles;
+        const index_t j = (t % inner_tiles) * MIDDLE_LANES + tx;
+        float acc = Op::identity();
+        if (j < inner) {
+            const float* column = a + o * R * inner + j;
+            for (index_t r = ty; r < R; r += MIDDLE_ROWS) acc = op(acc, column[r * inner]);
+        }
+        partial[ty][tx] = acc;
+        __syncthreads();
+#pragma unroll
+        for (int s = MIDDLE_ROWS / 2; s > 0; s >>= 1) {
+            if (ty < s) partial[ty][tx] = op(partial[ty][tx], partial[ty + s][tx]);
+            __syncthreads();
+        }
+        if (ty == 0 && j < inner) out[o * inner + j] = partial[0][tx];
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void reduce_sum_rows(const float* a, float* out, index_t n_out, index_t R) {
+    reduce_rows(a, out, n_out, R, SumOp());
+}
+
+extern "C" __global__ void reduce_max_rows(const float* a, float* out, index_t n_out, index_t R) {
+    reduce_rows(a, out, n_out, R, MaxOp());
+}
+
+extern "C" __global__ void __launch_bounds__(MIDDLE_LANES * MIDDLE_ROWS)
+reduce_sum_middle(const float* a, float* out, index_t outer, index_t R, index_t inner) {
+    reduce_middle(a, out, outer, R, inner, SumOp());
+}
+
+extern "C" __global__ void __launch_bounds__(MIDDLE_LANES * MIDDLE_ROWS)
+reduce_max_middle(const float* a, float* out, index_t outer, index_t R, index_t inner) {
+    reduce_middle(a, out, outer, R, inner, MaxOp());
+}

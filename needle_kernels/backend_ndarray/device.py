@@ -1,0 +1,213 @@
+"""Devices: a name plus the flat kernel table (a backend module) that runs there.
+
+``cpu()`` is the Cython + OpenMP backend, ``cpu_numpy()`` the numpy reference,
+``cuda()`` the cupy backend. A device whose module cannot load is *disabled*
+(``enabled()`` is False and ``reason`` says why) rather than an import error,
+so code can ask ``ndl.cuda().enabled()`` on any machine.
+
+``NK_DEBUG=1`` (or :func:`set_debug`) prints one line per kernel call: its
+name, argument sizes, threads (CPU) or grid/block (GPU), and wall time.
+"""
+import importlib
+import os
+import sys
+import time
+
+import numpy as np
+
+_DEBUG = os.environ.get("NK_DEBUG", "0") not in ("", "0")
+
+
+def set_debug(flag=True):
+    """Turn the per-kernel debug printer on or off at run time."""
+    global _DEBUG
+    _DEBUG = bool(flag)
+
+
+def _describe(arg):
+    if hasattr(arg, "size") and hasattr(arg, "ptr"):
+        return f"Array[{arg.size}]"
+    if isinstance(arg, np.ndarray):
+        return f"ndarray{arg.shape}"
+    if isinstance(arg, tuple):
+        return "(" + ",".join(str(x) for x in arg) + ")"
+    if isinstance(arg, float):
+        return f"{arg:g}"
+    return str(arg)
+
+
+def _work_size(args):
+    sizes = [a.size for a in args if hasattr(a, "ptr")]
+    return max(sizes) if sizes else 0
+
+
+class BackendDevice:
+    """A device: ``name`` and ``mod``, the backend module implementing the kernel table."""
+
+    def __init__(self, name, mod, reason=None):
+        self.name = name
+        self.mod = mod
+        self.reason = reason
+
+    def __eq__(self, other):
+        return isinstance(other, BackendDevice) and self.name == other.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return self.name + "()"
+
+    def enabled(self):
+        return self.mod is not None
+
+    def _require(self):
+        if self.mod is None:
+            raise RuntimeError(f"device {self} is not available here: {self.reason}")
+
+    def __getattr__(self, name):
+        # Only reached for names not defined on the class: the kernel table.
+        if name.startswith("__") and name != "__tile_size__":
+            raise AttributeError(name)
+        mod = self.__dict__.get("mod")
+        if mod is None:
+            raise RuntimeError(f"device {self.name}() is not available here: {self.__dict__.get('reason')}")
+        fn = getattr(mod, name)
+        if _DEBUG and callable(fn) and not isinstance(fn, type):
+            return self._traced(name, fn)
+        return fn
+
+    def _traced(self, name, fn):
+        mod = self.mod
+
+        def traced(*args):
+            sync = getattr(mod, "synchronize", None)
+            if sync:
+                sync()
+            start = time.perf_counter()
+            result = fn(*args)
+            if sync:
+                sync()
+            elapsed = (time.perf_counter() - start) * 1e3
+            if hasattr(mod, "last_launch"):
+                where = mod.last_launch()
+            elif hasattr(mod, "num_threads_for"):
+                where = f"threads={mod.num_threads_for(_work_size(args))}"
+            else:
+                where = "threads=1"
+            sizes = " ".join(_describe(a) for a in args)
+            print(f"[nk] {self.name}.{name} {sizes} {where} {elapsed:.3f} ms", file=sys.stderr)
+            return result
+
+        return traced
+
+    # ------------------------------------------------------------ constructors
+    def _check_dtype(self, dtype):
+        if dtype not in (None, "float32", np.float32) and np.dtype(dtype) != np.float32:
+            raise ValueError(f"NDArray supports dtype float32 only, got {dtype!r}")
+
+    def rand(self, *shape, dtype="float32"):
+        """Uniform [0, 1) from numpy's global RNG (float64 draws cast to float32)."""
+        self._check_dtype(dtype)
+        from .ndarray import NDArray
+        return NDArray(np.random.rand(*shape).astype(np.float32), device=self)
+
+    def randn(self, *shape, dtype="float32"):
+        """Standard normal from numpy's global RNG, cast to float32."""
+        self._check_dtype(dtype)
+        from .ndarray import NDArray
+        return NDArray(np.random.randn(*shape).astype(np.float32), device=self)
+
+    def one_hot(self, n, i, dtype="float32"):
+        """Rows of the n x n identity picked by the integer indices i."""
+        self._check_dtype(dtype)
+        from .ndarray import NDArray
+        idx = np.asarray(i.numpy() if hasattr(i, "numpy") else i).astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"one_hot: indices must lie in [0, {n}), got range [{idx.min()}, {idx.max()}]")
+        return NDArray(np.eye(n, dtype=np.float32)[idx], device=self)
+
+    def empty(self, shape, dtype="float32"):
+        self._check_dtype(dtype)
+        from .ndarray import NDArray
+        return NDArray.make(tuple(shape), device=self)
+
+    def full(self, shape, fill_value, dtype="float32"):
+        arr = self.empty(shape, dtype)
+        arr.fill(fill_value)
+        return arr
+
+
+def _load(name, module):
+    try:
+        mod = importlib.import_module(f"needle_kernels.backend_ndarray.{module}")
+    except ImportError as exc:  # the extension was not built, or cupy is missing
+        return BackendDevice(name, None, reason=f"{module} could not be imported ({exc})")
+    available = getattr(mod, "is_available", None)
+    if available is not None and not available():
+        reason = mod.unavailable_reason() if hasattr(mod, "unavailable_reason") else "not available"
+        return BackendDevice(name, None, reason=reason)
+    return BackendDevice(name, mod)
+
+
+_DEVICES = {}
+
+
+def _device(name, module):
+    if name not in _DEVICES:
+        _DEVICES[name] = _load(name, module)
+    return _DEVICES[name]
+
+
+def cpu_numpy():
+    """The numpy reference backend."""
+    return _device("cpu_numpy", "ndarray_backend_numpy")
+
+
+def cpu():
+    """The Cython + OpenMP backend (the default device)."""
+    return _device("cpu", "ndarray_backend_cpu")
+
+
+def cuda():
+    """The cupy CUDA backend; a disabled device where cupy or a GPU is missing."""
+    return _device("cuda", "ndarray_backend_cuda")
+
+
+_warned_fallback = False
+
+
+def default_device():
+    """``cpu()``; falls back to ``cpu_numpy()`` with a warning if the extension is not built."""
+    global _warned_fallback
+    dev = cpu()
+    if dev.enabled():
+        return dev
+    if not _warned_fallback:
+        import warnings
+        warnings.warn(
+            f"needle_kernels: the Cython backend is unavailable ({dev.reason}); using cpu_numpy(). "
+            "Build it with `pip install -e .` from the repository root.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        _warned_fallback = True
+    return cpu_numpy()
+
+
+def all_devices():
+    """Every device, enabled or not."""
+    return [cpu(), cuda(), cpu_numpy()]
+
+
+def set_num_threads(n):
+    """Threads used by the OpenMP kernels of cpu() (default: OMP_NUM_THREADS or all cores)."""
+    if int(n) < 1:
+        raise ValueError(f"set_num_threads: need at least 1 thread, got {n}")
+    cpu()._require()
+    cpu().mod.set_num_threads(int(n))
+
+
+def get_num_threads():
+    cpu()._require()
+    return cpu().mod.get_num_threads()

@@ -1,0 +1,718 @@
+"""The strided NDArray.
+
+An NDArray is a view: ``shape``, ``strides`` (in elements), ``offset`` into a
+flat float32 ``Array`` owned by a backend module, and the ``device`` whose
+kernels run on it. ``reshape``, ``permute``, ``broadcast_to``, ``flip``,
+``as_strided`` and basic indexing only change those numbers (no copy);
+``compact()`` copies a view into row-major order, which is what the
+element-wise, reduction and matmul kernels expect. All the logic that is the
+same for every backend lives here, once; the backends are flat tables of
+kernels (see ``ndarray_backend_numpy.py``).
+"""
+import builtins
+import math
+import numbers
+
+import numpy as np
+
+from .device import BackendDevice, default_device
+
+
+def prod(shape):
+    return math.prod(shape)
+
+
+def compact_strides(shape):
+    """Row-major strides (in elements) of a shape."""
+    strides, stride = [], 1
+    for n in reversed(shape):
+        strides.append(stride)
+        stride *= n
+    return tuple(reversed(strides))
+
+
+def broadcast_shapes(*shapes):
+    """The numpy broadcast of shapes, or a ValueError naming them."""
+    ndim = builtins.max(len(s) for s in shapes)
+    out = []
+    for dims in zip(*[(1,) * (ndim - len(s)) + tuple(s) for s in shapes]):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _kernel_view(shape, strides):
+    """Kernels index with at least one dimension: a 0-d array is one element."""
+    return (shape, strides) if shape else ((1,), (0,))
+
+
+def _check_dtype(dtype):
+    if dtype is None or dtype == "float32" or dtype is np.float32:
+        return
+    if np.dtype(dtype) != np.float32:
+        raise ValueError(f"NDArray supports dtype float32 only, got {dtype!r}")
+
+
+def _normalize_axes(axis, ndim, what):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    out = []
+    for ax in axes:
+        if not isinstance(ax, numbers.Integral) or not -ndim <= ax < ndim:
+            raise ValueError(f"{what}: axis {ax} is out of range for an array of {ndim} dimensions")
+        ax = int(ax) % ndim
+        if ax in out:
+            raise ValueError(f"{what}: axis {ax} repeated in {axis}")
+        out.append(ax)
+    return tuple(sorted(out))
+
+
+class NDArray:
+    """A strided view of a flat float32 buffer on a device."""
+
+    __array_priority__ = 1000  # so numpy defers `np_array + ndarray` to our __radd__
+
+    def __init__(self, other, device=None, dtype=None):
+        _check_dtype(dtype)
+        if isinstance(other, NDArray):  # always an independent copy, like numpy.array
+            device = other.device if device is None else device
+            self._init(other.copy() if device == other.device else other.to(device))
+            return
+        device = default_device() if device is None else device
+        if not isinstance(device, BackendDevice):
+            raise TypeError(f"device must be a BackendDevice such as cpu(), got {device!r}")
+        device._require()
+        arr = np.asarray(other.numpy() if hasattr(other, "numpy") and not isinstance(other, np.ndarray) else other)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise TypeError(f"cannot build an NDArray from {type(other).__name__} with dtype {arr.dtype}")
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        out = NDArray.make(arr.shape, device=device)
+        device.from_numpy(arr, out._handle)
+        self._init(out)
+
+    def _init(self, other):
+        self._shape = other._shape
+        self._strides = other._strides
+        self._offset = other._offset
+        self._device = other._device
+        self._handle = other._handle
+
+    @staticmethod
+    def make(shape, strides=None, device=None, handle=None, offset=0):
+        """An NDArray over ``handle`` (a new buffer of prod(shape) elements when None)."""
+        shape = tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        array = object.__new__(NDArray)
+        array._shape = shape
+        array._strides = compact_strides(shape) if strides is None else tuple(int(s) for s in strides)
+        array._offset = int(offset)
+        array._device = default_device() if device is None else device
+        array._handle = array._device.Array(prod(shape)) if handle is None else handle
+        return array
+
+    # ------------------------------------------------------------ properties
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def strides(self):
+        return self._strides
+
+    @property
+    def offset(self):
+        return self._offset
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def dtype(self):
+        return "float32"
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    @property
+    def size(self):
+        return prod(self._shape)
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d NDArray")
+        return self._shape[0]
+
+    def __repr__(self):
+        return f"NDArray({self.numpy().__str__()}, device={self.device})"
+
+    def __str__(self):
+        return self.numpy().__str__()
+
+    # ------------------------------------------------------------ conversion
+    def numpy(self):
+        """A numpy copy of the elements."""
+        shape, strides = _kernel_view(self._shape, self._strides)
+        out = self.device.to_numpy(self._handle, shape, strides, self._offset)
+        return out.reshape(self._shape)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError(f"item(): the array has {self.size} elements, not 1 (shape {self._shape})")
+        return float(self.numpy().reshape(()))
+
+    def __float__(self):
+        return self.item()
+
+    def __bool__(self):
+        return bool(self.item())
+
+    def to(self, device):
+        """The same values on another device (self when already there)."""
+        return self if device == self.device else NDArray(self.numpy(), device=device)
+
+    def copy(self):
+        out = NDArray.make(self._shape, device=self.device)
+        self._copy_into(out)
+        return out
+
+    def astype(self, dtype="float32"):
+        _check_dtype(dtype)
+        return self.copy()
+
+    def fill(self, value):
+        """Set every element (of the whole buffer when compact, else of the view) to value."""
+        if self.is_compact():
+            self.device.fill(self._handle, value)
+        else:
+            self[...] = value
+
+    # ------------------------------------------------------------ layout
+    def is_contiguous(self):
+        """Row-major strides (dimensions of size 1 may have any stride)."""
+        return all(n == 1 or s == c for n, s, c in zip(self._shape, self._strides, compact_strides(self._shape)))
+
+    def is_compact(self):
+        """Row-major, offset 0 and covering the whole buffer: what kernels take as input."""
+        return self._offset == 0 and self._handle.size == self.size and self.is_contiguous()
+
+    def _copy_into(self, out):
+        shape, strides = _kernel_view(self._shape, self._strides)
+        self.device.compact(self._handle, out._handle, shape, strides, self._offset)
+
+    def compact(self):
+        """self when already compact, else a row-major copy."""
+        if self.is_compact():
+            return self
+        return self.copy()
+
+    def as_strided(self, shape, strides):
+        """A view with the given shape and element strides at the same offset (bounds are checked)."""
+        shape, strides = tuple(int(n) for n in shape), tuple(int(s) for s in strides)
+        if len(shape) != len(strides):
+            raise ValueError(f"as_strided: shape {shape} and strides {strides} differ in length")
+        if prod(shape):
+            lo = self._offset + builtins.sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+            hi = self._offset + builtins.sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+            if lo < 0 or hi >= self._handle.size:
+                raise ValueError(
+                    f"as_strided: shape {shape} strides {strides} offset {self._offset} "
+                    f"reaches outside a buffer of {self._handle.size} elements"
+                )
+        return NDArray.make(shape, strides, self.device, self._handle, self._offset)
+
+    def reshape(self, *shape):
+        """A view with a new shape (one -1 is inferred); copies first only if the view is not contiguous."""
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        shape = tuple(int(n) for n in shape)
+        if shape.count(-1) > 1:
+            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+        if -1 in shape:
+            known = prod(n for n in shape if n != -1)
+            if known == 0 or self.size % known:
+                raise ValueError(f"reshape: cannot reshape array of shape {self._shape} into {shape}")
+            shape = tuple(self.size // known if n == -1 else n for n in shape)
+        if prod(shape) != self.size or any(n < 0 for n in shape):
+            raise ValueError(f"reshape: cannot reshape array of shape {self._shape} ({self.size} elements) into {shape}")
+        src = self if self.is_contiguous() else self.compact()
+        return NDArray.make(shape, compact_strides(shape), self.device, src._handle, src._offset)
+
+    def permute(self, new_axes):
+        """A view with the axes reordered: result.shape[i] == self.shape[new_axes[i]]."""
+        new_axes = tuple(int(a) % builtins.max(self.ndim, 1) for a in new_axes)
+        if sorted(new_axes) != list(range(self.ndim)):
+            raise ValueError(f"permute: {new_axes} is not a permutation of the axes of shape {self._shape}")
+        return NDArray.make(
+            tuple(self._shape[a] for a in new_axes),
+            tuple(self._strides[a] for a in new_axes),
+            self.device,
+            self._handle,
+            self._offset,
+        )
+
+    def broadcast_to(self, *new_shape):
+        """A view repeating size-1 axes with stride 0 (numpy rules; leading axes may be added)."""
+        if len(new_shape) == 1 and not isinstance(new_shape[0], numbers.Integral):
+            new_shape = new_shape[0]
+        new_shape = tuple(int(n) for n in new_shape)
+        extra = len(new_shape) - self.ndim
+        if extra < 0:
+            raise ValueError(f"broadcast_to: cannot broadcast shape {self._shape} to {new_shape}")
+        shape = (1,) * extra + self._shape
+        strides = (0,) * extra + self._strides
+        out_strides = []
+        for n, m, s in zip(shape, new_shape, strides):
+            if n == m:
+                out_strides.append(s if n != 1 else 0)
+            elif n == 1:
+                out_strides.append(0)
+            else:
+                raise ValueError(f"broadcast_to: cannot broadcast shape {self._shape} to {new_shape}")
+        return NDArray.make(new_shape, tuple(out_strides), self.device, self._handle, self._offset)
+
+    def flip(self, axes=None):
+        """A view with the order of elements reversed along axes (negative strides, no copy)."""
+        axes = _normalize_axes(axes, self.ndim, "flip")
+        offset, strides = self._offset, list(self._strides)
+        for ax in axes:
+            if self._shape[ax] > 0:
+                offset += (self._shape[ax] - 1) * strides[ax]
+            strides[ax] = -strides[ax]
+        return NDArray.make(self._shape, strides, self.device, self._handle, offset)
+
+    def pad(self, axes):
+        """A zero-padded copy: axes is ((lo, hi), ...) per dimension, like numpy.pad's pad_width."""
+        axes = tuple(tuple(int(x) for x in p) for p in axes)
+        if len(axes) != self.ndim or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in axes):
+            raise ValueError(f"pad: need one (lo, hi) pair of non-negative ints per axis of shape {self._shape}, got {axes}")
+        out = NDArray.make(tuple(n + lo + hi for n, (lo, hi) in zip(self._shape, axes)), device=self.device)
+        out.fill(0.0)
+        out[tuple(slice(lo, lo + n) for n, (lo, _) in zip(self._shape, axes))] = self
+        return out
+
+    # ------------------------------------------------------------ indexing
+    def _view(self, idxs):
+        if not isinstance(idxs, tuple):
+            idxs = (idxs,)
+        if builtins.sum(1 for i in idxs if i is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis")
+        n_real = builtins.sum(1 for i in idxs if i is not None and i is not Ellipsis)
+        if n_real > self.ndim:
+            raise IndexError(f"too many indices ({n_real}) for an array of shape {self._shape}")
+        expanded = []
+        for i in idxs:
+            if i is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - n_real))
+            else:
+                expanded.append(i)
+        if Ellipsis not in idxs:
+            expanded.extend([slice(None)] * (self.ndim - n_real))
+        shape, strides, offset, dim = [], [], self._offset, 0
+        for i in expanded:
+            if i is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, s = self._shape[dim], self._strides[dim]
+            if isinstance(i, slice):
+                start, stop, step = i.indices(n)
+                length = len(range(start, stop, step))
+                if length:
+                    offset += start * s
+                shape.append(length)
+                strides.append(s * step)
+            elif isinstance(i, numbers.Integral):
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+                offset += (int(i) % n) * s
+            else:
+                raise IndexError(f"NDArray indices must be ints, slices, None or ..., got {type(i).__name__}")
+            dim += 1
+        return NDArray.make(shape, strides, self.device, self._handle, offset)
+
+    def __getitem__(self, idxs):
+        return self._view(idxs)
+
+    def __setitem__(self, idxs, other):
+        view = self._view(idxs)
+        kshape, kstrides = _kernel_view(view._shape, view._strides)
+        if isinstance(other, numbers.Real):
+            self.device.scalar_setitem(view.size, float(other), self._handle, kshape, kstrides, view._offset)
+            return
+        other = self._coerce(other)
+        if other.shape != view.shape:
+            try:
+                other = other.broadcast_to(view.shape)
+            except ValueError:
+                raise ValueError(f"setitem: cannot assign an array of shape {other.shape} to a view of shape {view.shape}") from None
+        # A source in the same buffer could be overwritten while it is read: copy it first.
+        src = other.copy() if other._handle is self._handle else other.compact()
+        self.device.ewise_setitem(src._handle, self._handle, kshape, kstrides, view._offset)
+
+    # ------------------------------------------------------------ element-wise
+    def _coerce(self, other):
+        if isinstance(other, NDArray):
+            if other.device != self.device:
+                raise ValueError(f"arrays are on different devices: {self.device} and {other.device}")
+            return other
+        return NDArray(np.asarray(other, dtype=np.float32), device=self.device)
+
+    def _ewise_or_scalar(self, other, ewise, scalar):
+        out_shape = self._shape
+        if isinstance(other, numbers.Real):
+            a = self.compact()
+            out = NDArray.make(out_shape, device=self.device)
+            getattr(self.device, scalar)(a._handle, float(other), out._handle)
+            return out
+        other = self._coerce(other)
+        out_shape = broadcast_shapes(self._shape, other._shape)
+        a = self if self._shape == out_shape else self.broadcast_to(out_shape)
+        b = other if other._shape == out_shape else other.broadcast_to(out_shape)
+        out = NDArray.make(out_shape, device=self.device)
+        getattr(self.device, ewise)(a.compact()._handle, b.compact()._handle, out._handle)
+        return out
+
+    def _unary(self, kernel):
+        out = NDArray.make(self._shape, device=self.device)
+        getattr(self.device, kernel)(self.compact()._handle, out._handle)
+        return out
+
+    def __add__(self, other):
+        return self._ewise_or_scalar(other, "ewise_add", "scalar_add")
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        return self._ewise_or_scalar(other, "ewise_mul", "scalar_mul")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        return self._ewise_or_scalar(other, "ewise_div", "scalar_div")
+
+    def __rtruediv__(self, other):
+        if isinstance(other, numbers.Real):
+            return NDArray.make(self._shape, device=self.device)._filled(other)._ewise_or_scalar(self, "ewise_div", "scalar_div")
+        return self._coerce(other) / self
+
+    def __neg__(self):
+        return self * -1.0
+
+    def __sub__(self, other):
+        return self + (-other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __pow__(self, other):
+        if not isinstance(other, numbers.Real):
+            raise TypeError(f"NDArray ** supports a real scalar exponent, got {type(other).__name__}")
+        return self._ewise_or_scalar(other, None, "scalar_power")
+
+    def _filled(self, value):
+        self.fill(value)
+        return self
+
+    def maximum(self, other):
+        return self._ewise_or_scalar(other, "ewise_maximum", "scalar_maximum")
+
+    # Comparisons return 0.0/1.0 floats. Only == and >= are kernels; the rest derive from them.
+    def __eq__(self, other):
+        return self._ewise_or_scalar(other, "ewise_eq", "scalar_eq")
+
+    def __ge__(self, other):
+        return self._ewise_or_scalar(other, "ewise_ge", "scalar_ge")
+
+    def __ne__(self, other):
+        return 1.0 - (self == other)
+
+    def __le__(self, other):
+        if isinstance(other, numbers.Real):
+            return (-self) >= -other
+        return self._coerce(other) >= self
+
+    def __gt__(self, other):
+        return 1.0 - (self <= other)
+
+    def __lt__(self, other):
+        return 1.0 - (self >= other)
+
+    __hash__ = None  # == is element-wise
+
+    def log(self):
+        return self._unary("ewise_log")
+
+    def exp(self):
+        return self._unary("ewise_exp")
+
+    def tanh(self):
+        return self._unary("ewise_tanh")
+
+    # ------------------------------------------------------------ matmul
+    def __matmul__(self, other):
+        """numpy matmul semantics: 2-D, 1-D promotion, batched with broadcast leading axes."""
+        other = self._coerce(other)
+        a, b = self, other
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError(f"matmul: operands must have at least one dimension, got shapes {a.shape} and {b.shape}")
+        squeeze_a, squeeze_b = a.ndim == 1, b.ndim == 1
+        if squeeze_a:
+            a = a.reshape(1, a.shape[0])
+        if squeeze_b:
+            b = b.reshape(b.shape[0], 1)
+        m, n = a.shape[-2:]
+        n2, p = b.shape[-2:]
+        if n != n2:
+            raise ValueError(f"matmul: shapes {self.shape} and {other.shape} are not aligned ({n} != {n2})")
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        out = self._matmul(a, b, batch, m, n, p)
+        if squeeze_a:
+            out = out.reshape(out.shape[:-2] + (p,))
+        if squeeze_b:
+            out = out.reshape(out.shape[:-1])
+        return out
+
+    def _matmul(self, a, b, batch, m, n, p):
+        dev = self.device
+        nb = prod(batch)
+        if b.ndim == 2 and a.shape[:-2] == batch:
+            # (..., m, n) @ (n, p): fold the batch into the rows, one GEMM.
+            a2 = a.compact()
+            out = NDArray.make(batch + (m, p), device=dev)
+            dev.matmul(a2._handle, b.compact()._handle, out._handle, nb * m, n, p)
+            return out
+        a_b = a.broadcast_to(batch + (m, n)).compact()
+        b_b = b.broadcast_to(batch + (n, p)).compact()
+        out = NDArray.make(batch + (m, p), device=dev)
+        if nb == 1:
+            dev.matmul(a_b._handle, b_b._handle, out._handle, m, n, p)
+        else:
+            dev.matmul_batched(a_b._handle, b_b._handle, out._handle, nb, m, n, p)
+        return out
+
+    def __rmatmul__(self, other):
+        return self._coerce(other) @ self
+
+    # ------------------------------------------------------------ reductions
+    def _reduce(self, axis, keepdims, kernel):
+        axes = _normalize_axes(axis, self.ndim, kernel)
+        out_shape_keep = tuple(1 if i in axes else n for i, n in enumerate(self._shape))
+        out_shape = out_shape_keep if keepdims else tuple(n for i, n in enumerate(self._shape) if i not in axes)
+        reduce_size = prod(self._shape[i] for i in axes)
+        dev = self.device
+        if reduce_size == 0:
+            if kernel == "max":
+                raise ValueError(f"max: zero-size reduction over axes {axes} of shape {self._shape}")
+            out = NDArray.make(out_shape, device=dev)
+            out.fill(0.0)
+            return out
+        out = NDArray.make(out_shape, device=dev)
+        if out.size == 0:
+            return out
+        contiguous_block = axes == tuple(range(axes[0], axes[-1] + 1)) if axes else True
+        if not axes:
+            self._copy_into(out)
+        elif contiguous_block:
+            # Reduce a middle block in place: (outer, reduce, inner) needs no transposed copy.
+            outer = prod(self._shape[: axes[0]])
+            inner = prod(self._shape[axes[-1] + 1:])
+            src = self.compact()
+            if inner == 1:
+                getattr(dev, f"reduce_{kernel}")(src._handle, out._handle, reduce_size)
+            else:
+                getattr(dev, f"reduce_{kernel}_axis")(src._handle, out._handle, outer, reduce_size, inner)
+        else:
+            keep = [i for i in range(self.ndim) if i not in axes]
+            src = self.permute(keep + list(axes)).compact()
+            getattr(dev, f"reduce_{kernel}")(src._handle, out._handle, reduce_size)
+        return out
+
+    def sum(self, axis=None, keepdims=False):
+        """Sum over an axis, a tuple of axes, or all (axis=None, giving a 0-d array)."""
+        return self._reduce(axis, keepdims, "sum")
+
+    def max(self, axis=None, keepdims=False):
+        """Maximum over an axis, a tuple of axes, or all."""
+        return self._reduce(axis, keepdims, "max")
+
+    # ------------------------------------------------------------ tiled matmul (lecture 11)
+    def matmul_tiled(self, other):
+        """2-D matmul through the backend's tiled-layout kernel (sizes multiples of __tile_size__)."""
+        t = self.device.__tile_size__
+        m, n = self.shape
+        n2, p = other.shape
+        if n != n2:
+            raise ValueError(f"matmul_tiled: shapes {self.shape} and {other.shape} are not aligned")
+        if m % t or n % t or p % t:
+            raise ValueError(f"matmul_tiled: dimensions {m}, {n}, {p} must be multiples of the tile size {t}")
+
+        def tile(x, r, c):
+            return x.as_strided((r // t, c // t, t, t), (c * t, t, c, 1)).compact()
+
+        out = NDArray.make((m // t, p // t, t, t), device=self.device)
+        self.device.matmul_tiled(tile(self.compact(), m, n)._handle, tile(other.compact(), n, p)._handle, out._handle, m, n, p)
+        return out.permute((0, 2, 1, 3)).compact().reshape(m, p)
+
+
+# ---------------------------------------------------------------- constructors
+
+def array(a, dtype="float32", device=None):
+    """An NDArray from a list, numpy array or NDArray (a copy)."""
+    _check_dtype(dtype)
+    return NDArray(a, device=device)
+
+
+def empty(shape, dtype="float32", device=None):
+    _check_dtype(dtype)
+    device = default_device() if device is None else device
+    return device.empty(tuple(shape) if not isinstance(shape, numbers.Integral) else (shape,), dtype)
+
+
+def full(shape, fill_value, dtype="float32", device=None):
+    out = empty(shape, dtype, device)
+    out.fill(fill_value)
+    return out
+
+
+def zeros(shape, dtype="float32", device=None):
+    return full(shape, 0.0, dtype, device)
+
+
+def ones(shape, dtype="float32", device=None):
+    return full(shape, 1.0, dtype, device)
+
+
+# ---------------------------------------------------------------- numpy-named functions
+# Op code calls these through `array_api`, which is this module in NEEDLE_BACKEND=nd
+# mode and numpy itself in NEEDLE_BACKEND=np mode, so the names and meanings follow numpy.
+
+def exp(a):
+    return a.exp()
+
+
+def log(a):
+    return a.log()
+
+
+def tanh(a):
+    return a.tanh()
+
+
+def maximum(a, b):
+    return a.maximum(b) if isinstance(a, NDArray) else b.maximum(a)
+
+
+def negative(a):
+    return -a
+
+
+def add(a, b):
+    return a + b
+
+
+def subtract(a, b):
+    return a - b
+
+
+def multiply(a, b):
+    return a * b
+
+
+def divide(a, b):
+    return a / b
+
+
+def power(a, b):
+    return a ** b
+
+
+def sum(a, axis=None, keepdims=False):
+    return a.sum(axis=axis, keepdims=keepdims)
+
+
+def max(a, axis=None, keepdims=False):
+    return a.max(axis=axis, keepdims=keepdims)
+
+
+def broadcast_to(a, shape):
+    return a.broadcast_to(shape)
+
+
+def reshape(a, shape):
+    return a.reshape(shape)
+
+
+def transpose(a, axes=None):
+    """Permute axes (reversed when None), like numpy.transpose."""
+    return a.permute(tuple(reversed(range(a.ndim))) if axes is None else axes)
+
+
+def swapaxes(a, i, j):
+    axes = list(range(a.ndim))
+    axes[i], axes[j] = axes[j], axes[i]
+    return a.permute(axes)
+
+
+def flip(a, axis=None):
+    return a.flip(axis)
+
+
+def pad(a, pad_width):
+    return a.pad(pad_width)
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def as_strided(a, shape, strides):
+    """A view with element strides (numpy's as_strided takes byte strides)."""
+    return a.as_strided(shape, strides)
+
+
+def stack(arrays, axis=0):
+    """Join arrays of one shape along a new axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("stack: need at least one array")
+    shape = arrays[0].shape
+    for i, arr in enumerate(arrays):
+        if arr.shape != shape:
+            raise ValueError(f"stack: array {i} has shape {arr.shape}, expected {shape}")
+    ndim = len(shape) + 1
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"stack: axis {axis} out of range for {ndim} dimensions")
+    axis %= ndim
+    out = empty(shape[:axis] + (len(arrays),) + shape[axis:], device=arrays[0].device)
+    for i, arr in enumerate(arrays):
+        out[(slice(None),) * axis + (i,)] = arr
+    return out
+
+
+def concatenate(arrays, axis=0):
+    """Join arrays along an existing axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("concatenate: need at least one array")
+    ref = arrays[0].shape
+    axis %= len(ref)
+    for i, arr in enumerate(arrays):
+        if len(arr.shape) != len(ref) or any(a != b for k, (a, b) in enumerate(zip(arr.shape, ref)) if k != axis):
+            raise ValueError(f"concatenate: array {i} has shape {arr.shape}, incompatible with {ref} along axis {axis}")
+    total = builtins.sum(arr.shape[axis] for arr in arrays)
+    out = empty(ref[:axis] + (total,) + ref[axis + 1:], device=arrays[0].device)
+    start = 0
+    for arr in arrays:
+        out[(slice(None),) * axis + (slice(start, start + arr.shape[axis]),)] = arr
+        start += arr.shape[axis]
+    return out

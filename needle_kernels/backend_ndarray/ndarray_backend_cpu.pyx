@@ -1,0 +1,899 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The Cython + OpenMP backend: the flat kernel table of ``ndarray_backend_numpy``, in C.
+
+Every function here has the same name, arguments, meaning and error
+messages as in the numpy reference backend, which defines them. The split of
+labour:
+
+* this file checks arguments at the Python boundary (with the reference's
+  ``check_*`` helpers, so both raise the same ``ValueError``) and then, without
+  the GIL, cuts the work into chunks run by OpenMP threads (``prange``);
+* ``ndarray_backend_cpu_kernels.h`` holds the vectorized loop one thread runs
+  on one chunk, and ``ndarray_backend_cpu_gemm.h`` the packed, register-blocked
+  matmul micro-kernel, each compiled for several instruction sets and chosen
+  when the module loads.
+
+Small kernels run on one thread (see ``num_threads_for``): waking a thread
+team costs microseconds, more than adding a few thousand floats.
+
+Diagnostics beyond the table: ``set_num_threads``, ``get_num_threads``,
+``num_threads_for``, ``omp_threads_used`` (threads that ran the last kernel),
+``gemm_kernel``/``gemm_kernels``/``set_gemm_kernel`` (the matmul micro-kernel).
+"""
+import operator
+
+import numpy as np
+
+cimport cython
+cimport openmp
+from cython.parallel cimport parallel, prange, threadid
+from libc.stdlib cimport free
+from libc.string cimport memcpy, memset
+
+from .ndarray_backend_numpy import (
+    _check_matmul,
+    _check_reduce,
+    _check_reduce_axis,
+    check_same_size,
+    check_scalar,
+    check_size,
+    check_view,
+    prod,
+)
+
+cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
+    enum:
+        NK_ADD
+        NK_MUL
+        NK_DIV
+        NK_MAX
+        NK_EQ
+        NK_GE
+        NK_POW
+        NK_SQUARE
+        NK_LOG
+        NK_EXP
+        NK_TANH
+    void nk_binary(int op, const float *a, const float *b, float *out, Py_ssize_t n)
+    void nk_scalar(int op, const float *a, float v, float *out, Py_ssize_t n)
+    void nk_unary(int op, const float *a, float *out, Py_ssize_t n)
+    void nk_fill(float *out, float v, Py_ssize_t n)
+    float nk_sum(const float *a, Py_ssize_t n)
+    float nk_max(const float *a, Py_ssize_t n)
+    float nk_maxf(float a, float b)
+    void nk_sum_rows(const float *a, Py_ssize_t lda, Py_ssize_t rows, float *out, Py_ssize_t n, int is_max)
+    void nk_tile_matmul8(const float *a, const float *b, float *out)
+    void nk_note_thread(int tid)
+    void nk_reset_threads()
+    int nk_threads_used()
+
+cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
+    ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
+                                 const float *Bp, float *C, Py_ssize_t ldc, int add) noexcept nogil
+    ctypedef struct nk_gemm_kernel:
+        const char *name
+        int mr, nr, kc, mc, nc
+        nk_macro_fn macro
+    const nk_gemm_kernel nk_gemm_kernels[]
+    const int nk_gemm_nkernels
+    int nk_gemm_supported(int i)
+    int nk_gemm_best()
+    void nk_pack_a(const float *A, Py_ssize_t lda, Py_ssize_t mc, Py_ssize_t kc, int MR, float *Ap)
+    void nk_pack_b(const float *B, Py_ssize_t ldb, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
+                   float *Bp)
+    void *nk_aligned_alloc(size_t nbytes)
+
+__device_name__ = "cpu"
+__tile_size__ = 8
+
+DEF MAX_NDIM = 64
+# Below this many elements (or flops for matmul) a kernel runs on one thread.
+DEF PARALLEL_MIN_WORK = 32768
+
+cdef int _num_threads = max(1, openmp.omp_get_max_threads())
+cdef int _gemm_index = nk_gemm_best()
+
+
+# ---------------------------------------------------------------- threads
+
+def set_num_threads(n):
+    """Use up to n OpenMP threads in the following kernels (n >= 1)."""
+    global _num_threads
+    n = _int("set_num_threads", "n", n)
+    if n < 1:
+        raise ValueError(f"set_num_threads: n must be >= 1, got {n}")
+    _num_threads = n
+
+
+def get_num_threads():
+    """The most threads a kernel may use (default: OMP_NUM_THREADS or the core count)."""
+    return _num_threads
+
+
+cdef inline int _threads_for(Py_ssize_t work) noexcept nogil:
+    cdef Py_ssize_t t
+    if work < PARALLEL_MIN_WORK or _num_threads <= 1:
+        return 1
+    t = work // (PARALLEL_MIN_WORK // 2)
+    return <int>(t if t < _num_threads else _num_threads)
+
+
+def num_threads_for(work):
+    """How many threads a kernel of this many elements (flops for matmul) runs on."""
+    return _threads_for(_int("num_threads_for", "work", work))
+
+
+def omp_threads_used():
+    """How many distinct OpenMP threads ran a chunk of the most recent kernel."""
+    return nk_threads_used()
+
+
+def gemm_kernels():
+    """Names of the matmul micro-kernels this CPU can run, widest first."""
+    return [nk_gemm_kernels[i].name.decode() for i in range(nk_gemm_nkernels) if nk_gemm_supported(i)]
+
+
+def gemm_kernel():
+    """The matmul micro-kernel in use, with its register tile and cache blocks."""
+    k = nk_gemm_kernels[_gemm_index]
+    return {"name": k.name.decode(), "mr": k.mr, "nr": k.nr, "kc": k.kc, "mc": k.mc, "nc": k.nc}
+
+
+def set_gemm_kernel(name=None):
+    """Select a matmul micro-kernel by name ("avx512", "avx2", "generic"); None picks the best."""
+    global _gemm_index
+    if name is None:
+        _gemm_index = nk_gemm_best()
+        return
+    for i in range(nk_gemm_nkernels):
+        if nk_gemm_kernels[i].name.decode() == name:
+            if not nk_gemm_supported(i):
+                raise ValueError(f"set_gemm_kernel: this CPU cannot run the {name!r} kernel")
+            _gemm_index = i
+            return
+    raise ValueError(f"set_gemm_kernel: unknown kernel {name!r}, expected one of {gemm_kernels()}")
+
+
+# ---------------------------------------------------------------- Array
+
+cdef class Array:
+    """A flat float32 buffer of ``size`` elements, 64-byte aligned, freed with the object."""
+
+    cdef float *data
+    cdef readonly Py_ssize_t size
+
+    def __cinit__(self, size):
+        try:
+            n = int(size)
+        except (TypeError, ValueError):
+            raise ValueError(f"Array size must be an integer, got {type(size).__name__}") from None
+        if n < 0:
+            raise ValueError(f"Array size must be >= 0, got {n}")
+        if n > (<Py_ssize_t>1 << 60) // 4:
+            raise ValueError(f"Array size {n} is too large")
+        self.size = n
+        self.data = <float *>nk_aligned_alloc(<size_t>n * sizeof(float))
+        if self.data == NULL:
+            raise MemoryError(f"Array: cannot allocate {n} floats")
+
+    def __dealloc__(self):
+        free(self.data)
+
+    def ptr(self):
+        """The buffer's address."""
+        return <size_t>self.data
+
+    def __repr__(self):
+        return f"ndarray_backend_cpu.Array(size={self.size})"
+
+
+# ---------------------------------------------------------------- argument checks
+
+cdef Py_ssize_t _int(str name, str what, v) except? -1:
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise ValueError(f"{name}: {what} must be an integer, got {type(v).__name__}") from None
+    except OverflowError:
+        raise ValueError(f"{name}: {what}={v} is out of range") from None
+
+
+cdef Array _arr(str name, str what, x):
+    if not isinstance(x, Array):
+        raise ValueError(f"{name}: {what} must be an ndarray_backend_cpu.Array, got {type(x).__name__}")
+    return <Array>x
+
+
+cdef int _read_view(str name, shape, strides, offset, Py_ssize_t *cshape, Py_ssize_t *cstrides,
+                    Py_ssize_t *coffset) except -1:
+    """Convert (shape, strides, offset) to C integers; returns ndim."""
+    try:
+        shape = tuple(shape)
+        strides = tuple(strides)
+    except TypeError:
+        raise ValueError(f"{name}: shape and strides must be sequences of integers") from None
+    if len(shape) > MAX_NDIM:
+        raise ValueError(f"{name}: {len(shape)} dimensions, at most {MAX_NDIM} are supported")
+    if len(shape) != len(strides):
+        raise ValueError(f"{name}: shape {shape} and strides {strides} have different lengths")
+    for k in range(len(shape)):
+        cshape[k] = _int(name, "shape", shape[k])
+        cstrides[k] = _int(name, "strides", strides[k])
+    coffset[0] = _int(name, "offset", offset)
+    return len(shape)
+
+
+# ---------------------------------------------------------------- strided copies
+# One routine moves elements between two strided views of the same shape:
+# compact (strided -> row-major), ewise_setitem (row-major -> strided) and
+# scalar_setitem (a single value with all strides 0 -> strided).
+
+cdef int _collapse(int nd, Py_ssize_t *shape, Py_ssize_t *s1, Py_ssize_t *s2) noexcept nogil:
+    """Drop size-1 axes and merge neighbours that are contiguous in both views; returns the new ndim."""
+    cdef int k, out = 0
+    for k in range(nd):
+        if shape[k] == 1:
+            continue
+        if out > 0 and s1[out - 1] == s1[k] * shape[k] and s2[out - 1] == s2[k] * shape[k]:
+            shape[out - 1] *= shape[k]
+            s1[out - 1] = s1[k]
+            s2[out - 1] = s2[k]
+        else:
+            shape[out] = shape[k]
+            s1[out] = s1[k]
+            s2[out] = s2[k]
+            out += 1
+    if out == 0:
+        shape[0] = 1
+        s1[0] = 0
+        s2[0] = 0
+        out = 1
+    return out
+
+
+cdef inline void _run(const float *src, Py_ssize_t ss, float *dst, Py_ssize_t ds, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    if ss == 1 and ds == 1:
+        memcpy(dst, src, n * sizeof(float))
+    elif ss == 0 and ds == 1:
+        nk_fill(dst, src[0], n)
+    else:
+        for j in range(n):
+            dst[j * ds] = src[j * ss]
+
+
+cdef void _copy_range(const float *src, float *dst, int nd, const Py_ssize_t *shape, const Py_ssize_t *ss,
+                      const Py_ssize_t *ds, Py_ssize_t start, Py_ssize_t stop) noexcept nogil:
+    """Copy the elements with row-major index in [start, stop), one run of the last axis at a time."""
+    cdef Py_ssize_t idx[MAX_NDIM]
+    cdef Py_ssize_t rem = start, so = 0, do = 0, n, last = shape[nd - 1]
+    cdef int k
+    for k in range(nd - 1, -1, -1):
+        idx[k] = rem % shape[k]
+        rem //= shape[k]
+        so += idx[k] * ss[k]
+        do += idx[k] * ds[k]
+    while start < stop:
+        n = last - idx[nd - 1]
+        if n > stop - start:
+            n = stop - start
+        _run(src + so, ss[nd - 1], dst + do, ds[nd - 1], n)
+        start += n
+        so += n * ss[nd - 1]
+        do += n * ds[nd - 1]
+        idx[nd - 1] += n
+        k = nd - 1
+        while k > 0 and idx[k] == shape[k]:
+            so -= shape[k] * ss[k]
+            do -= shape[k] * ds[k]
+            idx[k] = 0
+            k -= 1
+            idx[k] += 1
+            so += ss[k]
+            do += ds[k]
+
+
+DEF COPY_TILE = 32
+
+cdef void _copy_tiles(const float *src, float *dst, int nd, const Py_ssize_t *shape, const Py_ssize_t *ss,
+                      const Py_ssize_t *ds, Py_ssize_t item) noexcept nogil:
+    """Copy one band of COPY_TILE rows of the last two axes, tile by tile (a transpose-like copy)."""
+    cdef Py_ssize_t rows = shape[nd - 2], cols = shape[nd - 1]
+    cdef Py_ssize_t bands = (rows + COPY_TILE - 1) // COPY_TILE
+    cdef Py_ssize_t outer = item // bands, r0 = (item % bands) * COPY_TILE
+    cdef Py_ssize_t r1 = r0 + COPY_TILE if r0 + COPY_TILE < rows else rows
+    cdef Py_ssize_t so = 0, do = 0, c0, c1, i, j
+    cdef Py_ssize_t sr = ss[nd - 2], sc = ss[nd - 1], dr = ds[nd - 2], dc = ds[nd - 1]
+    cdef int k
+    for k in range(nd - 3, -1, -1):
+        so += (outer % shape[k]) * ss[k]
+        do += (outer % shape[k]) * ds[k]
+        outer //= shape[k]
+    for c0 in range(0, cols, COPY_TILE):
+        c1 = c0 + COPY_TILE if c0 + COPY_TILE < cols else cols
+        for i in range(r0, r1):
+            for j in range(c0, c1):
+                dst[do + i * dr + j * dc] = src[so + i * sr + j * sc]
+
+
+cdef void _strided_copy(const float *src, Py_ssize_t *ss, float *dst, Py_ssize_t *ds, Py_ssize_t *shape,
+                        int nd, Py_ssize_t total) noexcept nogil:
+    cdef int nt, c
+    cdef Py_ssize_t chunk, items, it, k
+    nk_reset_threads()
+    if total == 0:
+        return
+    nd = _collapse(nd, shape, ss, ds)
+    nt = _threads_for(total)
+    if nd >= 2 and (abs(ss[nd - 2]) < abs(ss[nd - 1]) or abs(ds[nd - 2]) < abs(ds[nd - 1])):
+        # The two views are contiguous along different axes: copy in tiles so
+        # both the reads and the writes stay within a few cache lines.
+        items = total // shape[nd - 1] // shape[nd - 2] * ((shape[nd - 2] + COPY_TILE - 1) // COPY_TILE)
+        if nt == 1:
+            for it in range(items):
+                _copy_tiles(src, dst, nd, shape, ss, ds, it)
+        else:
+            for it in prange(items, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                _copy_tiles(src, dst, nd, shape, ss, ds, it)
+        return
+    if nt == 1:
+        _copy_range(src, dst, nd, shape, ss, ds, 0, total)
+        return
+    chunk = (total + nt - 1) // nt
+    for c in prange(nt, num_threads=nt, schedule="static"):
+        nk_note_thread(threadid())
+        _copy_range(src, dst, nd, shape, ss, ds, c * chunk,
+                    (c + 1) * chunk if (c + 1) * chunk < total else total)
+
+
+cdef inline void _row_major(int nd, const Py_ssize_t *shape, Py_ssize_t *strides) noexcept nogil:
+    cdef Py_ssize_t s = 1
+    cdef int k
+    for k in range(nd - 1, -1, -1):
+        strides[k] = s
+        s *= shape[k]
+
+
+# ---------------------------------------------------------------- transfers
+
+def to_numpy(a, shape, strides, offset):
+    """A new numpy float32 array with the elements of the strided view."""
+    cdef Array A = _arr("to_numpy", "a", a)
+    cdef Py_ssize_t cshape[MAX_NDIM]
+    cdef Py_ssize_t cstrides[MAX_NDIM]
+    cdef Py_ssize_t dstrides[MAX_NDIM]
+    cdef Py_ssize_t off
+    cdef int nd = _read_view("to_numpy", shape, strides, offset, cshape, cstrides, &off)
+    check_view(A.size, shape, strides, off)
+    res = np.empty(tuple(shape), dtype=np.float32)
+    cdef Py_ssize_t total = res.size
+    if total == 0:
+        return res
+    cdef float[::1] flat = res.reshape(-1)
+    _row_major(nd, cshape, dstrides)
+    with nogil:
+        _strided_copy(A.data + off, cstrides, &flat[0], dstrides, cshape, nd, total)
+    return res
+
+
+def from_numpy(arr, out):
+    """Copy a numpy array (any float dtype, any layout) into out in row-major order."""
+    cdef Array O = _arr("from_numpy", "out", out)
+    check_size("from_numpy", O, np.size(arr), "out")
+    src = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1)
+    if O.size == 0:
+        return
+    cdef const float[::1] view = src
+    with nogil:
+        memcpy(O.data, &view[0], O.size * sizeof(float))
+
+
+def fill(out, val):
+    """out[:] = val."""
+    cdef Array O = _arr("fill", "out", out)
+    cdef float v = check_scalar("fill", val)
+    cdef Py_ssize_t n = O.size, chunk
+    cdef int nt = _threads_for(n), c
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_fill(O.data, v, n)
+        else:
+            chunk = ((n + nt - 1) // nt + 15) // 16 * 16
+            for c in prange(nt, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                if c * chunk < n:
+                    nk_fill(O.data + c * chunk, v, min(chunk, n - c * chunk))
+
+
+def compact(a, out, shape, strides, offset):
+    """out[i] = a[offset + sum_k idx_k(i) * strides[k]], i running row-major over shape."""
+    cdef Array A = _arr("compact", "a", a)
+    cdef Array O = _arr("compact", "out", out)
+    cdef Py_ssize_t cshape[MAX_NDIM]
+    cdef Py_ssize_t cstrides[MAX_NDIM]
+    cdef Py_ssize_t dstrides[MAX_NDIM]
+    cdef Py_ssize_t off
+    cdef int nd = _read_view("compact", shape, strides, offset, cshape, cstrides, &off)
+    check_size("compact", O, prod(shape), "out")
+    check_view(A.size, shape, strides, off)
+    _row_major(nd, cshape, dstrides)
+    with nogil:
+        _strided_copy(A.data + off, cstrides, O.data, dstrides, cshape, nd, O.size)
+
+
+def ewise_setitem(a, out, shape, strides, offset):
+    """Write the compact a into the strided view (shape, strides, offset) of out."""
+    cdef Array A = _arr("ewise_setitem", "a", a)
+    cdef Array O = _arr("ewise_setitem", "out", out)
+    cdef Py_ssize_t cshape[MAX_NDIM]
+    cdef Py_ssize_t cstrides[MAX_NDIM]
+    cdef Py_ssize_t sstrides[MAX_NDIM]
+    cdef Py_ssize_t off
+    cdef int nd = _read_view("ewise_setitem", shape, strides, offset, cshape, cstrides, &off)
+    check_size("ewise_setitem", A, prod(shape), "a")
+    check_view(O.size, shape, strides, off)
+    _row_major(nd, cshape, sstrides)
+    with nogil:
+        _strided_copy(A.data, sstrides, O.data + off, cstrides, cshape, nd, A.size)
+
+
+def scalar_setitem(size, val, out, shape, strides, offset):
+    """Set every element of the strided view of out to val; size == prod(shape)."""
+    cdef Array O = _arr("scalar_setitem", "out", out)
+    cdef Py_ssize_t cshape[MAX_NDIM]
+    cdef Py_ssize_t cstrides[MAX_NDIM]
+    cdef Py_ssize_t sstrides[MAX_NDIM]
+    cdef Py_ssize_t off
+    cdef int nd = _read_view("scalar_setitem", shape, strides, offset, cshape, cstrides, &off)
+    cdef Py_ssize_t total = _int("scalar_setitem", "size", size)
+    if total != prod(shape):
+        raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
+    cdef float v = check_scalar("scalar_setitem", val)
+    check_view(O.size, shape, strides, off)
+    memset(sstrides, 0, sizeof(sstrides))
+    with nogil:
+        _strided_copy(&v, sstrides, O.data + off, cstrides, cshape, nd, total)
+
+
+# ---------------------------------------------------------------- element-wise
+
+cdef void _binary_kernel(int op, const float *a, const float *b, float *out, Py_ssize_t n) noexcept nogil:
+    cdef int nt = _threads_for(n), c
+    cdef Py_ssize_t chunk, lo
+    nk_reset_threads()
+    if nt == 1:
+        nk_binary(op, a, b, out, n)
+        return
+    # Chunks are multiples of 16 floats (64 bytes) so threads never share a cache line.
+    chunk = ((n + nt - 1) // nt + 15) // 16 * 16
+    for c in prange(nt, num_threads=nt, schedule="static"):
+        nk_note_thread(threadid())
+        lo = c * chunk
+        if lo < n:
+            nk_binary(op, a + lo, b + lo, out + lo, min(chunk, n - lo))
+
+
+cdef void _scalar_kernel(int op, const float *a, float v, float *out, Py_ssize_t n) noexcept nogil:
+    cdef int nt = _threads_for(n), c
+    cdef Py_ssize_t chunk, lo
+    nk_reset_threads()
+    if nt == 1:
+        nk_scalar(op, a, v, out, n)
+        return
+    chunk = ((n + nt - 1) // nt + 15) // 16 * 16
+    for c in prange(nt, num_threads=nt, schedule="static"):
+        nk_note_thread(threadid())
+        lo = c * chunk
+        if lo < n:
+            nk_scalar(op, a + lo, v, out + lo, min(chunk, n - lo))
+
+
+cdef void _unary_kernel(int op, const float *a, float *out, Py_ssize_t n) noexcept nogil:
+    cdef int nt = _threads_for(n * 4), c  # exp/log/tanh cost a few times a load
+    cdef Py_ssize_t chunk, lo
+    nk_reset_threads()
+    if nt == 1:
+        nk_unary(op, a, out, n)
+        return
+    chunk = ((n + nt - 1) // nt + 15) // 16 * 16
+    for c in prange(nt, num_threads=nt, schedule="static"):
+        nk_note_thread(threadid())
+        lo = c * chunk
+        if lo < n:
+            nk_unary(op, a + lo, out + lo, min(chunk, n - lo))
+
+
+cdef _ewise(str name, int op, a, b, out):
+    cdef Array A = _arr(name, "a", a)
+    cdef Array B = _arr(name, "b", b)
+    cdef Array O = _arr(name, "out", out)
+    check_same_size(name, a=A, b=B, out=O)
+    with nogil:
+        _binary_kernel(op, A.data, B.data, O.data, O.size)
+
+
+cdef _scalar(str name, int op, a, val, out):
+    cdef Array A = _arr(name, "a", a)
+    cdef Array O = _arr(name, "out", out)
+    check_same_size(name, a=A, out=O)
+    cdef float v = check_scalar(name, val)
+    with nogil:
+        _scalar_kernel(op, A.data, v, O.data, O.size)
+
+
+cdef _unary(str name, int op, a, out):
+    cdef Array A = _arr(name, "a", a)
+    cdef Array O = _arr(name, "out", out)
+    check_same_size(name, a=A, out=O)
+    with nogil:
+        _unary_kernel(op, A.data, O.data, O.size)
+
+
+def ewise_add(a, b, out):
+    """out = a + b element-wise on compact arrays of equal size."""
+    _ewise("ewise_add", NK_ADD, a, b, out)
+
+
+def ewise_mul(a, b, out):
+    """out = a * b element-wise."""
+    _ewise("ewise_mul", NK_MUL, a, b, out)
+
+
+def ewise_div(a, b, out):
+    """out = a / b element-wise."""
+    _ewise("ewise_div", NK_DIV, a, b, out)
+
+
+def ewise_maximum(a, b, out):
+    """out = maximum(a, b) element-wise (NaN in either gives NaN, as numpy)."""
+    _ewise("ewise_maximum", NK_MAX, a, b, out)
+
+
+def ewise_eq(a, b, out):
+    """out = 1.0 where a == b else 0.0."""
+    _ewise("ewise_eq", NK_EQ, a, b, out)
+
+
+def ewise_ge(a, b, out):
+    """out = 1.0 where a >= b else 0.0."""
+    _ewise("ewise_ge", NK_GE, a, b, out)
+
+
+def scalar_add(a, val, out):
+    """out = a + val."""
+    _scalar("scalar_add", NK_ADD, a, val, out)
+
+
+def scalar_mul(a, val, out):
+    """out = a * val."""
+    _scalar("scalar_mul", NK_MUL, a, val, out)
+
+
+def scalar_div(a, val, out):
+    """out = a / val."""
+    _scalar("scalar_div", NK_DIV, a, val, out)
+
+
+def scalar_power(a, val, out):
+    """out = a ** val (powf; val == 2 is an exact square)."""
+    cdef float v = check_scalar("scalar_power", val)
+    _scalar("scalar_power", NK_SQUARE if v == 2.0 else NK_POW, a, val, out)
+
+
+def scalar_maximum(a, val, out):
+    """out = maximum(a, val)."""
+    _scalar("scalar_maximum", NK_MAX, a, val, out)
+
+
+def scalar_eq(a, val, out):
+    """out = 1.0 where a == val else 0.0."""
+    _scalar("scalar_eq", NK_EQ, a, val, out)
+
+
+def scalar_ge(a, val, out):
+    """out = 1.0 where a >= val else 0.0."""
+    _scalar("scalar_ge", NK_GE, a, val, out)
+
+
+def ewise_log(a, out):
+    """out = log(a)."""
+    _unary("ewise_log", NK_LOG, a, out)
+
+
+def ewise_exp(a, out):
+    """out = exp(a)."""
+    _unary("ewise_exp", NK_EXP, a, out)
+
+
+def ewise_tanh(a, out):
+    """out = tanh(a)."""
+    _unary("ewise_tanh", NK_TANH, a, out)
+
+
+# ---------------------------------------------------------------- matmul
+
+# Below this many multiply-adds the packing costs more than it saves.
+DEF GEMM_SMALL = 4096
+
+
+cdef void _gemm_small(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n,
+                      Py_ssize_t p) noexcept nogil:
+    cdef Py_ssize_t i, k, j
+    cdef float av
+    for i in range(m):
+        for j in range(p):
+            C[i * p + j] = 0.0
+        for k in range(n):
+            av = A[i * n + k]
+            for j in range(p):
+                C[i * p + j] += av * B[k * p + j]
+
+
+cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
+               int nt) noexcept nogil:
+    """C (m, p) = A (m, n) @ B (n, p), row-major; returns -1 when out of memory.
+
+    Goto/BLIS blocking: for each NC-wide column block of B and KC-deep slice
+    of the shared dimension, the threads pack that slice of B together, then
+    each packs its own MC-row blocks of A and runs the micro-kernel over them.
+    """
+    cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
+    cdef int MR = kern.mr, NR = kern.nr
+    cdef Py_ssize_t kc, nc, mc, nb, npan, jc, pc, ncur, kcur, jp, ib, i0, mcur
+    cdef float *Bp
+    cdef float *Ap_all
+    cdef float *Ap
+    if m == 0 or p == 0:
+        return 0
+    if n == 0:
+        memset(C, 0, m * p * sizeof(float))
+        return 0
+    if m * n * p <= GEMM_SMALL:
+        _gemm_small(A, B, C, m, n, p)
+        return 0
+    kc = kern.kc if kern.kc < n else n
+    nc = (p + NR - 1) // NR * NR
+    if nc > kern.nc:
+        nc = kern.nc
+    # Row blocks: at most kern.mc rows each, and a multiple of nt of them so
+    # every thread gets the same share.
+    nb = (m + kern.mc - 1) // kern.mc
+    if nt > 1:
+        nb = (nb + nt - 1) // nt * nt
+    mc = ((m + nb - 1) // nb + MR - 1) // MR * MR
+    nb = (m + mc - 1) // mc
+    if nb < nt:
+        nt = <int>nb
+    Bp = <float *>nk_aligned_alloc(kc * nc * sizeof(float))
+    Ap_all = <float *>nk_aligned_alloc(nt * mc * kc * sizeof(float))
+    if Bp == NULL or Ap_all == NULL:
+        free(Bp)
+        free(Ap_all)
+        return -1
+    if nt == 1:
+        nk_note_thread(0)
+        for jc in range(0, p, nc):
+            ncur = nc if nc < p - jc else p - jc
+            for pc in range(0, n, kc):
+                kcur = kc if kc < n - pc else n - pc
+                nk_pack_b(B + pc * p + jc, p, kcur, 0, ncur, NR, Bp)
+                for ib in range(nb):
+                    i0 = ib * mc
+                    mcur = mc if mc < m - i0 else m - i0
+                    nk_pack_a(A + i0 * n + pc, n, mcur, kcur, MR, Ap_all)
+                    kern.macro(mcur, ncur, kcur, Ap_all, Bp, C + i0 * p + jc, p, pc > 0)
+    else:
+        with parallel(num_threads=nt):
+            for jc in range(0, p, nc):
+                ncur = nc if nc < p - jc else p - jc
+                for pc in range(0, n, kc):
+                    kcur = kc if kc < n - pc else n - pc
+                    npan = (ncur + NR - 1) // NR
+                    for jp in prange(npan, schedule="static"):
+                        nk_pack_b(B + pc * p + jc, p, kcur, jp * NR,
+                                  (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, NR, Bp)
+                    for ib in prange(nb, schedule="static"):
+                        nk_note_thread(threadid())
+                        Ap = Ap_all + threadid() * mc * kc
+                        i0 = ib * mc
+                        mcur = mc if mc < m - i0 else m - i0
+                        nk_pack_a(A + i0 * n + pc, n, mcur, kcur, MR, Ap)
+                        kern.macro(mcur, ncur, kcur, Ap, Bp, C + i0 * p + jc, p, pc > 0)
+    free(Bp)
+    free(Ap_all)
+    return 0
+
+
+cdef _check_dims(str name, dims):
+    out = []
+    for what, v in dims:
+        v = _int(name, what, v)
+        if v < 0:
+            raise ValueError(f"{name}: {what} must be >= 0, got {v}")
+        out.append(v)
+    return out
+
+
+def matmul(a, b, out, m, n, p):
+    """out (m, p) = a (m, n) @ b (n, p), all compact row-major."""
+    cdef Array A = _arr("matmul", "a", a)
+    cdef Array B = _arr("matmul", "b", b)
+    cdef Array O = _arr("matmul", "out", out)
+    m, n, p = _check_dims("matmul", (("m", m), ("n", n), ("p", p)))
+    _check_matmul("matmul", A, B, O, m, n, p)
+    cdef Py_ssize_t cm = m, cn = n, cp = p
+    cdef int nt = _threads_for(2 * cm * cn * cp // 64), err
+    nk_reset_threads()
+    with nogil:
+        err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
+    if err:
+        raise MemoryError("matmul: cannot allocate packing buffers")
+
+
+def matmul_batched(a, b, out, batch, m, n, p):
+    """out[k] (m, p) = a[k] (m, n) @ b[k] (n, p) for k < batch."""
+    cdef Array A = _arr("matmul_batched", "a", a)
+    cdef Array B = _arr("matmul_batched", "b", b)
+    cdef Array O = _arr("matmul_batched", "out", out)
+    batch, m, n, p = _check_dims("matmul_batched", (("batch", batch), ("m", m), ("n", n), ("p", p)))
+    _check_matmul("matmul_batched", A, B, O, m, n, p, batch)
+    cdef Py_ssize_t cb = batch, cm = m, cn = n, cp = p, k
+    cdef int nt = _threads_for(2 * cb * cm * cn * cp // 64), err = 0, e
+    nk_reset_threads()
+    with nogil:
+        if nt > 1 and cb >= 2 * nt and cm * cn * cp < 128 * 128 * 128:
+            # Many small products: one product per thread at a time.
+            for k in prange(cb, num_threads=nt, schedule="dynamic"):
+                nk_note_thread(threadid())
+                e = _gemm(A.data + k * cm * cn, B.data + k * cn * cp, O.data + k * cm * cp, cm, cn, cp, 1)
+                if e:
+                    err = e
+        else:
+            for k in range(cb):
+                e = _gemm(A.data + k * cm * cn, B.data + k * cn * cp, O.data + k * cm * cp, cm, cn, cp, nt)
+                if e:
+                    err = e
+    if err:
+        raise MemoryError("matmul_batched: cannot allocate packing buffers")
+
+
+def matmul_tiled(a, b, out, m, n, p):
+    """matmul on the tiled layout: a is (m/T, n/T, T, T), b (n/T, p/T, T, T), out (m/T, p/T, T, T)."""
+    cdef Array A = _arr("matmul_tiled", "a", a)
+    cdef Array B = _arr("matmul_tiled", "b", b)
+    cdef Array O = _arr("matmul_tiled", "out", out)
+    m, n, p = _check_dims("matmul_tiled", (("m", m), ("n", n), ("p", p)))
+    t = __tile_size__
+    if m % t or n % t or p % t:
+        raise ValueError(f"matmul_tiled: m={m}, n={n}, p={p} must be multiples of the tile size {t}")
+    _check_matmul("matmul_tiled", A, B, O, m, n, p)
+    cdef Py_ssize_t mt = m // 8, nt_ = n // 8, pt = p // 8, tile, i, j, k
+    cdef int nt = _threads_for(2 * m * n * p // 64)
+    nk_reset_threads()
+    with nogil:
+        for tile in prange(mt * pt, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            i = tile // pt
+            j = tile % pt
+            memset(O.data + tile * 64, 0, 64 * sizeof(float))
+            for k in range(nt_):
+                nk_tile_matmul8(A.data + (i * nt_ + k) * 64, B.data + (k * pt + j) * 64, O.data + tile * 64)
+
+
+# ---------------------------------------------------------------- reductions
+
+cdef void _reduce_blocks(const float *a, float *out, Py_ssize_t nout, Py_ssize_t rs, int is_max) noexcept nogil:
+    """out[i] = sum/max of a[i*rs:(i+1)*rs]."""
+    cdef int nt = _threads_for(nout * rs), c
+    cdef Py_ssize_t i, it, parts, seg, lo, hi, items
+    cdef float *partial
+    nk_reset_threads()
+    if nt == 1:
+        nk_note_thread(0)
+        for i in range(nout):
+            out[i] = nk_max(a + i * rs, rs) if is_max else nk_sum(a + i * rs, rs)
+        return
+    if nout >= 4 * nt:
+        for i in prange(nout, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            out[i] = nk_max(a + i * rs, rs) if is_max else nk_sum(a + i * rs, rs)
+        return
+    # Few long rows (a full sum): cut every row into parts reduced in parallel.
+    parts = nt * 4
+    seg = ((rs + parts - 1) // parts + 15) // 16 * 16
+    parts = (rs + seg - 1) // seg
+    items = nout * parts
+    partial = <float *>nk_aligned_alloc(items * sizeof(float))
+    if partial == NULL:  # fall back to one thread rather than fail
+        for i in range(nout):
+            out[i] = nk_max(a + i * rs, rs) if is_max else nk_sum(a + i * rs, rs)
+        return
+    for it in prange(items, num_threads=nt, schedule="static"):
+        nk_note_thread(threadid())
+        i = it // parts
+        lo = (it % parts) * seg
+        hi = lo + seg if lo + seg < rs else rs
+        partial[it] = nk_max(a + i * rs + lo, hi - lo) if is_max else nk_sum(a + i * rs + lo, hi - lo)
+    for i in range(nout):
+        out[i] = nk_max(partial + i * parts, parts) if is_max else nk_sum(partial + i * parts, parts)
+    free(partial)
+
+
+def reduce_max(a, out, reduce_size):
+    """out[i] = max of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
+    cdef Array A = _arr("reduce_max", "a", a)
+    cdef Array O = _arr("reduce_max", "out", out)
+    cdef Py_ssize_t rs = _int("reduce_max", "reduce_size", reduce_size)
+    _check_reduce("reduce_max", A, O, rs)
+    with nogil:
+        _reduce_blocks(A.data, O.data, O.size, rs, 1)
+
+
+def reduce_sum(a, out, reduce_size):
+    """out[i] = sum of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
+    cdef Array A = _arr("reduce_sum", "a", a)
+    cdef Array O = _arr("reduce_sum", "out", out)
+    cdef Py_ssize_t rs = _int("reduce_sum", "reduce_size", reduce_size)
+    _check_reduce("reduce_sum", A, O, rs)
+    with nogil:
+        _reduce_blocks(A.data, O.data, O.size, rs, 0)
+
+
+cdef void _reduce_axis(const float *a, float *out, Py_ssize_t outer, Py_ssize_t rs, Py_ssize_t inner,
+                       int is_max) noexcept nogil:
+    """a seen as (outer, rs, inner): each work item reduces a column strip of one outer slice."""
+    cdef int nt
+    cdef Py_ssize_t strip, nstrips, it, o, j0, n
+    if inner == 1:
+        _reduce_blocks(a, out, outer, rs, is_max)
+        return
+    nk_reset_threads()
+    if outer == 0 or inner == 0:
+        return
+    nt = _threads_for(outer * rs * inner)
+    # Strips of at most 2048 columns keep the running result in L1.
+    strip = (inner + nt - 1) // nt
+    strip = (strip + 15) // 16 * 16
+    if strip > 2048:
+        strip = 2048
+    nstrips = (inner + strip - 1) // strip
+    if nt == 1:
+        nk_note_thread(0)
+        for it in range(outer * nstrips):
+            o = it // nstrips
+            j0 = (it % nstrips) * strip
+            n = strip if strip < inner - j0 else inner - j0
+            nk_sum_rows(a + o * rs * inner + j0, inner, rs, out + o * inner + j0, n, is_max)
+        return
+    for it in prange(outer * nstrips, num_threads=nt, schedule="static"):
+        nk_note_thread(threadid())
+        o = it // nstrips
+        j0 = (it % nstrips) * strip
+        n = strip if strip < inner - j0 else inner - j0
+        nk_sum_rows(a + o * rs * inner + j0, inner, rs, out + o * inner + j0, n, is_max)
+
+
+def reduce_sum_axis(a, out, outer, reduce_size, inner):
+    """Compact a seen as (outer, reduce_size, inner); out (outer, inner) is the sum over the middle axis."""
+    cdef Array A = _arr("reduce_sum_axis", "a", a)
+    cdef Array O = _arr("reduce_sum_axis", "out", out)
+    cdef Py_ssize_t co = _int("reduce_sum_axis", "outer", outer)
+    cdef Py_ssize_t cr = _int("reduce_sum_axis", "reduce_size", reduce_size)
+    cdef Py_ssize_t ci = _int("reduce_sum_axis", "inner", inner)
+    _check_reduce_axis("reduce_sum_axis", A, O, co, cr, ci)
+    with nogil:
+        _reduce_axis(A.data, O.data, co, cr, ci, 0)
+
+
+def reduce_max_axis(a, out, outer, reduce_size, inner):
+    """Like reduce_sum_axis with max."""
+    cdef Array A = _arr("reduce_max_axis", "a", a)
+    cdef Array O = _arr("reduce_max_axis", "out", out)
+    cdef Py_ssize_t co = _int("reduce_max_axis", "outer", outer)
+    cdef Py_ssize_t cr = _int("reduce_max_axis", "reduce_size", reduce_size)
+    cdef Py_ssize_t ci = _int("reduce_max_axis", "inner", inner)
+    _check_reduce_axis("reduce_max_axis", A, O, co, cr, ci)
+    with nogil:
+        _reduce_axis(A.data, O.data, co, cr, ci, 1)

@@ -1,0 +1,178 @@
+/* The register-blocked matmul micro-kernel of the Cython + OpenMP backend.
+ *
+ * C (mc x nc block, row-major, leading dimension ldc) += Ap @ Bp where
+ *   Ap is an mc x kc block of A packed as MR-row panels, each kc x MR (k-major),
+ *   Bp is a kc x nc block of B packed as NR-column panels, each kc x NR.
+ * Panels are zero-padded to full MR / NR, so the micro-kernel always runs
+ * the same constant-length loops and only its final store is masked.
+ *
+ * The micro-kernel keeps an MR x NR tile of C in registers: MR*NR/W vector
+ * accumulators, NR/W vectors of B and one broadcast of A must fit the
+ * register file (16 registers for SSE/AVX2, 32 for AVX-512), which sets MR
+ * and NR per instruction set. It is compiled three times (baseline, AVX2+FMA,
+ * AVX-512) and nk_gemm_select() picks one at run time, so a portable build
+ * still runs the wide kernel where the CPU has it.
+ *
+ * Cache blocking (chosen in the .pyx driver): KC so that one kc x NR panel of
+ * B stays in L1 while the MR panels of A stream past it, MC so the packed A
+ * block stays in L2, NC so the packed B block stays in L3.
+ */
+#ifndef NK_CPU_GEMM_H
+#define NK_CPU_GEMM_H
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*nk_macro_fn)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc, const float *Ap,
+                            const float *Bp, float *C, ptrdiff_t ldc, int add);
+
+typedef struct {
+    const char *name;
+    int mr, nr, kc, mc, nc;
+    nk_macro_fn macro;
+} nk_gemm_kernel;
+
+#define NK_CAT_(a, b) a##b
+#define NK_CAT(a, b) NK_CAT_(a, b)
+
+/* One instantiation of the micro- and macro-kernel. */
+#define NK_DEFINE_GEMM(NAME, ATTR, W, MR, NV)                                                   \
+    typedef float NK_CAT(nk_vec_, NAME) __attribute__((vector_size(4 * (W))));                \
+    ATTR static inline void NK_CAT(nk_micro_, NAME)(ptrdiff_t kc, const float *restrict A,     \
+                                                    const float *restrict B, float *restrict C, \
+                                                    ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr,  \
+                                                    int add)                                    \
+    {                                                                                           \
+        typedef NK_CAT(nk_vec_, NAME) vec;                                                      \
+        vec acc[MR][NV];                                                                        \
+        _Pragma("GCC unroll 32") for (int i = 0; i < (MR); i++)                                 \
+            _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] = (vec){0};        \
+        for (ptrdiff_t k = 0; k < kc; k++) {                                                    \
+            vec b[NV];                                                                          \
+            _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                              \
+                memcpy(&b[j], B + j * (W), sizeof(vec));                                        \
+            _Pragma("GCC unroll 32") for (int i = 0; i < (MR); i++) {                           \
+                vec a = (vec){0} + A[i];                                                        \
+                _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] += a * b[j];   \
+            }                                                                                   \
+            A += (MR);                                                                          \
+            B += (NV) * (W);                                                                    \
+        }                                                                                       \
+        if (mr == (MR) && nr == (NV) * (W)) {                                                   \
+            _Pragma("GCC unroll 32") for (int i = 0; i < (MR); i++)                             \
+                _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) {                        \
+                float *c = C + i * ldc + j * (W);                                               \
+                vec v = acc[i][j];                                                              \
+                if (add) {                                                                      \
+                    vec old;                                                                    \
+                    memcpy(&old, c, sizeof(vec));                                               \
+                    v += old;                                                                   \
+                }                                                                               \
+                memcpy(c, &v, sizeof(vec));                                                     \
+            }                                                                                   \
+        } else {                                                                                \
+            float tile[(MR) * (NV) * (W)];                                                      \
+            memcpy(tile, acc, sizeof(tile));                                                    \
+            for (ptrdiff_t i = 0; i < mr; i++)                                                  \
+                for (ptrdiff_t j = 0; j < nr; j++)                                              \
+                    C[i * ldc + j] = (add ? C[i * ldc + j] : 0.0f) + tile[i * (NV) * (W) + j];  \
+        }                                                                                       \
+    }                                                                                           \
+    ATTR static void NK_CAT(nk_macro_, NAME)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc,          \
+                                             const float *Ap, const float *Bp, float *C,        \
+                                             ptrdiff_t ldc, int add)                            \
+    {                                                                                           \
+        const ptrdiff_t NR = (NV) * (W);                                                        \
+        for (ptrdiff_t jr = 0; jr < nc; jr += NR) {                                             \
+            ptrdiff_t nr = nc - jr < NR ? nc - jr : NR;                                         \
+            for (ptrdiff_t ir = 0; ir < mc; ir += (MR)) {                                       \
+                ptrdiff_t mr = mc - ir < (MR) ? mc - ir : (MR);                                 \
+                NK_CAT(nk_micro_, NAME)(kc, Ap + ir * kc, Bp + jr * kc, C + ir * ldc + jr, ldc, \
+                                        mr, nr, add);                                           \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+/* Baseline: 4-wide vectors, 6 x 8 tile = 12 accumulators + 2 + 1 <= 16 xmm. */
+NK_DEFINE_GEMM(generic, , 4, 6, 2)
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define NK_GEMM_X86 1
+/* AVX2+FMA: 8-wide, 6 x 16 tile = 12 accumulators + 2 + 1 <= 16 ymm. */
+NK_DEFINE_GEMM(avx2, __attribute__((target("avx2,fma"))), 8, 6, 2)
+/* AVX-512: 16-wide, 12 x 32 tile = 24 accumulators + 2 + 1 <= 32 zmm. */
+NK_DEFINE_GEMM(avx512, __attribute__((target("avx512f,avx2,fma"))), 16, 12, 2)
+#endif
+
+static const nk_gemm_kernel nk_gemm_kernels[] = {
+#ifdef NK_GEMM_X86
+    {"avx512", 12, 32, 256, 192, 4096, nk_macro_avx512},
+    {"avx2", 6, 16, 256, 192, 4096, nk_macro_avx2},
+#endif
+    {"generic", 6, 8, 256, 192, 4096, nk_macro_generic},
+};
+static const int nk_gemm_nkernels = sizeof(nk_gemm_kernels) / sizeof(nk_gemm_kernels[0]);
+
+/* Whether kernel i can run on this CPU. */
+static int nk_gemm_supported(int i)
+{
+#ifdef NK_GEMM_X86
+    const char *name = nk_gemm_kernels[i].name;
+    __builtin_cpu_init();
+    if (strcmp(name, "avx512") == 0) return __builtin_cpu_supports("avx512f") != 0;
+    if (strcmp(name, "avx2") == 0)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    (void)i;
+    return 1;
+}
+
+/* The widest supported kernel. */
+static int nk_gemm_best(void)
+{
+    for (int i = 0; i < nk_gemm_nkernels; i++)
+        if (nk_gemm_supported(i)) return i;
+    return nk_gemm_nkernels - 1;
+}
+
+/* Pack rows [0, mc) x cols [0, kc) of A (leading dim lda) into MR-row panels. */
+static void nk_pack_a(const float *A, ptrdiff_t lda, ptrdiff_t mc, ptrdiff_t kc, int MR, float *Ap)
+{
+    for (ptrdiff_t ir = 0; ir < mc; ir += MR) {
+        ptrdiff_t mr = mc - ir < MR ? mc - ir : MR;
+        float *dst = Ap + ir * kc;
+        if (mr == MR) {
+            for (ptrdiff_t k = 0; k < kc; k++)
+                for (int i = 0; i < MR; i++) dst[k * MR + i] = A[(ir + i) * lda + k];
+        } else {
+            for (ptrdiff_t k = 0; k < kc; k++)
+                for (int i = 0; i < MR; i++) dst[k * MR + i] = i < mr ? A[(ir + i) * lda + k] : 0.0f;
+        }
+    }
+}
+
+/* Pack rows [0, kc) x cols [j0, j1) of B (leading dim ldb) into NR-column
+ * panels; the panel of column j0 lands at Bp + j0 * kc (j0 a multiple of NR). */
+static void nk_pack_b(const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t j0, ptrdiff_t j1, int NR,
+                      float *Bp)
+{
+    for (ptrdiff_t jr = j0; jr < j1; jr += NR) {
+        ptrdiff_t nr = j1 - jr < NR ? j1 - jr : NR;
+        float *dst = Bp + jr * kc;
+        for (ptrdiff_t k = 0; k < kc; k++) {
+            memcpy(dst + k * NR, B + k * ldb + jr, (size_t)nr * sizeof(float));
+            for (ptrdiff_t j = nr; j < NR; j++) dst[k * NR + j] = 0.0f;
+        }
+    }
+}
+
+static void *nk_aligned_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    return p;
+}
+
+#endif

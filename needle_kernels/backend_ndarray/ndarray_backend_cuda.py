@@ -1,0 +1,487 @@
+"""The CUDA backend: the flat kernel table of ``ndarray_backend_numpy`` on the GPU.
+
+Buffers are ``cupy`` arrays; every function launches a hand-written kernel
+from the ``cuda/*.cu`` sources next to this file (``elementwise.cu``,
+``strided.cu``, ``matmul.cu``, ``reduce.cu``). Each source is compiled once
+per process with NVRTC, on first use, and cupy keeps the binary in its disk
+cache between processes.
+
+The module imports on any machine. Without cupy or without a GPU,
+``is_available()`` is False, ``unavailable_reason()`` says why, and every
+kernel raises ``RuntimeError`` with that reason.
+
+Arguments are checked here, before any launch, with the helpers of the
+reference backend, so mistakes raise the same ``ValueError`` messages on
+every device. Launches are asynchronous: ``to_numpy`` waits for them.
+
+Set ``last_launch()`` aside for debugging: it returns the grid and block of
+the most recent launch.
+"""
+import functools
+import os
+import re
+import threading
+
+import numpy as np
+
+from .ndarray_backend_numpy import (
+    _check_matmul,
+    _check_reduce,
+    _check_reduce_axis,
+    check_same_size,
+    check_scalar,
+    check_size,
+    check_view,
+    prod,
+)
+
+__device_name__ = "cuda"
+__tile_size__ = 8
+
+MAX_DIMS = 8          # rank of the StridedView struct in strided.cu
+THREADS = 256         # threads per block of the 1-D kernels
+MAX_BLOCKS = 65535    # grid cap per dimension; grid-stride loops cover the rest
+_MATMUL_BLOCK = 64    # BLOCK_M = BLOCK_N in matmul.cu
+_MATMUL_THREADS = 256  # THREADS in matmul.cu
+_MIDDLE_BLOCK = (32, 8, 1)  # (MIDDLE_LANES, MIDDLE_ROWS) in reduce.cu
+
+_SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
+_COMPILE_OPTIONS = ("-std=c++17", f"-DNK_TILE_SIZE={__tile_size__}")
+
+# Host image of ``struct StridedView`` in strided.cu: eighteen int64, so the
+# numpy layout and the C layout agree without padding rules.
+_VIEW_DTYPE = np.dtype(
+    [("shape", np.int64, (MAX_DIMS,)), ("strides", np.int64, (MAX_DIMS,)),
+     ("offset", np.int64), ("ndim", np.int64)]
+)
+assert _VIEW_DTYPE.itemsize == 18 * 8
+
+
+# ---------------------------------------------------------------- availability
+
+_availability = None  # (bool, reason), computed once
+
+
+def _probe():
+    global _availability
+    if _availability is None:
+        try:
+            import cupy
+        except Exception as exc:  # ImportError, or a broken install raising anything
+            if isinstance(exc, ImportError):
+                reason = "cupy is not installed (pip install needle_kernels[cuda12] or needle_kernels[cuda13])"
+            else:
+                reason = f"cupy failed to import: {type(exc).__name__}: {exc}"
+            _availability = (False, reason)
+        else:
+            try:
+                count = cupy.cuda.runtime.getDeviceCount()
+            except Exception as exc:
+                _availability = (False, f"no CUDA device: {type(exc).__name__}: {exc}")
+            else:
+                if count > 0:
+                    _availability = (True, "")
+                else:
+                    _availability = (False, "no CUDA device: cupy sees 0 GPUs")
+    return _availability
+
+
+def is_available():
+    """True when cupy imports and sees at least one CUDA device."""
+    return _probe()[0]
+
+
+def unavailable_reason():
+    """Why the CUDA backend cannot run here, as a sentence ('' when it can)."""
+    return _probe()[1]
+
+
+def _require(name):
+    if not is_available():
+        raise RuntimeError(f"{name}: the CUDA backend is unavailable: {unavailable_reason()}")
+    import cupy
+    return cupy
+
+
+# ---------------------------------------------------------------- buffers
+
+class Array:
+    """A flat float32 buffer in GPU memory (a ``cupy`` array)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, size):
+        size = int(size)
+        if size < 0:
+            raise ValueError(f"Array size must be >= 0, got {size}")
+        cupy = _require("Array")
+        self.array = cupy.empty(size, dtype=np.float32)
+
+    @property
+    def size(self):
+        return self.array.size
+
+    def ptr(self):
+        """The device address of the first element."""
+        return self.array.data.ptr
+
+
+def _check_arrays(name, **arrays):
+    for what, arr in arrays.items():
+        if not isinstance(arr, Array):
+            raise ValueError(
+                f"{name}: {what} must be a CUDA backend Array, got {type(arr).__module__}.{type(arr).__name__}"
+            )
+
+
+# ---------------------------------------------------------------- kernels and launches
+
+_compile_lock = threading.Lock()
+_modules = {}
+_last_launch = "no kernel launched yet"
+
+
+def _source(filename):
+    """The text of cuda/<filename> with its local ``#include "x.cuh"`` lines inlined.
+
+    Inlining (rather than passing -I to NVRTC) makes the header part of the
+    source text, so cupy's kernel cache sees an edited header as new code.
+    """
+    with open(os.path.join(_SOURCE_DIR, filename), encoding="utf-8") as f:
+        text = f.read()
+
+    def inline(match):
+        return _source(match.group(1))
+
+    return re.sub(r'^\s*#include\s+"([^"]+\.cuh)"\s*$', inline, text, flags=re.MULTILINE)
+
+
+def source_files():
+    """Paths of every kernel source (``.cu``) of this backend."""
+    return sorted(os.path.join(_SOURCE_DIR, f) for f in os.listdir(_SOURCE_DIR) if f.endswith(".cu"))
+
+
+def _kernel(filename, name):
+    """The compiled kernel ``name`` of cuda/<filename>, compiling the file on first use."""
+    cupy = _require(name)
+    with _compile_lock:
+        module = _modules.get(filename)
+        if module is None:
+            module = cupy.RawModule(code=_source(filename), options=_COMPILE_OPTIONS)
+            _modules[filename] = module
+    return _get_function(module, name)
+
+
+@functools.lru_cache(maxsize=None)
+def _get_function(module, name):
+    return module.get_function(name)
+
+
+def grid_1d(n, threads=THREADS):
+    """(grid, block) covering n items with `threads` per block, the grid capped at MAX_BLOCKS.
+
+    Kernels loop with a grid stride, so a capped grid still covers every item.
+    """
+    blocks = max(1, min(-(-n // threads), MAX_BLOCKS))
+    return (blocks, 1, 1), (threads, 1, 1)
+
+
+def _launch(kernel, grid, block, args):
+    global _last_launch
+    _last_launch = "grid=({},{},{}) block=({},{},{})".format(*grid, *block)
+    kernel(grid, block, args)
+
+
+def last_launch():
+    """'grid=(gx,gy,gz) block=(bx,by,bz)' of the most recent kernel launch."""
+    return _last_launch
+
+
+def _i64(x):
+    return np.int64(x)
+
+
+def _f32(x):
+    return np.float32(x)
+
+
+# ---------------------------------------------------------------- transfers
+
+def to_numpy(a, shape, strides, offset):
+    """A new numpy float32 array with the elements of the strided view."""
+    _require("to_numpy")
+    _check_arrays("to_numpy", a=a)
+    shape = tuple(int(n) for n in shape)
+    check_view(a.size, shape, strides, offset)
+    out = Array(prod(shape))
+    _strided("compact", "to_numpy", a, out, shape, strides, offset)
+    return out.array.get().reshape(shape)
+
+
+def from_numpy(arr, out):
+    """Copy a numpy array (any float dtype, any layout) into out in row-major order."""
+    _require("from_numpy")
+    _check_arrays("from_numpy", out=out)
+    check_size("from_numpy", out, np.size(arr), "out")
+    out.array.set(np.ascontiguousarray(arr, dtype=np.float32).ravel())
+
+
+def fill(out, val):
+    """out[i] = val for every element."""
+    _require("fill")
+    _check_arrays("fill", out=out)
+    val = check_scalar("fill", val)
+    if out.size:
+        _launch(_kernel("elementwise.cu", "fill"), *grid_1d(out.size), (out.array, _f32(val), _i64(out.size)))
+
+
+# ---------------------------------------------------------------- strided copies
+
+def simplify_view(shape, strides):
+    """The same positions with fewer dimensions: size-1 dimensions dropped, contiguous neighbours merged.
+
+    Dimensions (n0, s0), (n1, s1) with s0 == n1 * s1 visit the same positions
+    as one dimension (n0 * n1, s1), in the same row-major order. Returns
+    (shape, strides) as lists; an empty list means a single element.
+    """
+    merged = []
+    for n, s in zip(shape, strides):
+        n, s = int(n), int(s)
+        if n == 1:
+            continue
+        if merged and merged[-1][1] == s * n:
+            merged[-1] = (merged[-1][0] * n, s)
+        else:
+            merged.append((n, s))
+    return [n for n, _ in merged], [s for _, s in merged]
+
+
+def _view_struct(name, shape, strides, offset):
+    """The StridedView argument of strided.cu for a view, passed by value."""
+    sshape, sstrides = simplify_view(shape, strides)
+    if len(sshape) > MAX_DIMS:
+        raise ValueError(
+            f"{name}: view of rank {len(tuple(shape))} still has rank {len(sshape)} after merging "
+            f"contiguous dimensions; the CUDA backend supports at most {MAX_DIMS}"
+        )
+    view = np.zeros(1, dtype=_VIEW_DTYPE)  # cupy passes a one-element numpy array by value
+    view["shape"][0, : len(sshape)] = sshape
+    view["strides"][0, : len(sstrides)] = sstrides
+    view["offset"] = offset
+    view["ndim"] = len(sshape)
+    return view
+
+
+def _strided(kernel_name, name, a, out, shape, strides, offset, val=None):
+    n = prod(shape)
+    if n == 0:
+        return
+    view = _view_struct(name, shape, strides, offset)
+    if kernel_name == "compact":
+        args = (a.array, out.array, view, _i64(n))
+    elif kernel_name == "ewise_setitem":
+        args = (a.array, out.array, view, _i64(n))
+    else:
+        args = (_f32(val), out.array, view, _i64(n))
+    _launch(_kernel("strided.cu", kernel_name), *grid_1d(n), args)
+
+
+def compact(a, out, shape, strides, offset):
+    """out[i] = a[offset + sum_k idx_k(i) * strides[k]], i running row-major over shape."""
+    _require("compact")
+    _check_arrays("compact", a=a, out=out)
+    check_size("compact", out, prod(shape), "out")
+    check_view(a.size, shape, strides, offset)
+    _strided("compact", "compact", a, out, shape, strides, offset)
+
+
+def ewise_setitem(a, out, shape, strides, offset):
+    """Write the compact a into the strided view (shape, strides, offset) of out."""
+    _require("ewise_setitem")
+    _check_arrays("ewise_setitem", a=a, out=out)
+    check_size("ewise_setitem", a, prod(shape), "a")
+    check_view(out.size, shape, strides, offset, what="out")
+    _strided("ewise_setitem", "ewise_setitem", a, out, shape, strides, offset)
+
+
+def scalar_setitem(size, val, out, shape, strides, offset):
+    """Set every element of the strided view of out to val; size == prod(shape)."""
+    _require("scalar_setitem")
+    _check_arrays("scalar_setitem", out=out)
+    if size != prod(shape):
+        raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
+    val = check_scalar("scalar_setitem", val)
+    check_view(out.size, shape, strides, offset, what="out")
+    _strided("scalar_setitem", "scalar_setitem", None, out, shape, strides, offset, val)
+
+
+# ---------------------------------------------------------------- element-wise
+
+def _ewise(name):
+    def kernel(a, b, out):
+        _require(name)
+        _check_arrays(name, a=a, b=b, out=out)
+        check_same_size(name, a=a, b=b, out=out)
+        if out.size:
+            _launch(_kernel("elementwise.cu", name), *grid_1d(out.size),
+                    (a.array, b.array, out.array, _i64(out.size)))
+    kernel.__name__ = name
+    kernel.__doc__ = f"out = {name[6:]}(a, b) element-wise on compact arrays of equal size."
+    return kernel
+
+
+def _scalar(name):
+    def kernel(a, val, out):
+        _require(name)
+        _check_arrays(name, a=a, out=out)
+        check_same_size(name, a=a, out=out)
+        val = check_scalar(name, val)
+        if out.size:
+            _launch(_kernel("elementwise.cu", name), *grid_1d(out.size),
+                    (a.array, _f32(val), out.array, _i64(out.size)))
+    kernel.__name__ = name
+    kernel.__doc__ = f"out = {name[7:]}(a, val) element-wise with a float scalar."
+    return kernel
+
+
+def _unary(name):
+    def kernel(a, out):
+        _require(name)
+        _check_arrays(name, a=a, out=out)
+        check_same_size(name, a=a, out=out)
+        if out.size:
+            _launch(_kernel("elementwise.cu", name), *grid_1d(out.size), (a.array, out.array, _i64(out.size)))
+    kernel.__name__ = name
+    kernel.__doc__ = f"out = {name[6:]}(a) element-wise."
+    return kernel
+
+
+ewise_add = _ewise("ewise_add")
+ewise_mul = _ewise("ewise_mul")
+ewise_div = _ewise("ewise_div")
+ewise_maximum = _ewise("ewise_maximum")
+ewise_eq = _ewise("ewise_eq")
+ewise_ge = _ewise("ewise_ge")
+
+scalar_add = _scalar("scalar_add")
+scalar_mul = _scalar("scalar_mul")
+scalar_div = _scalar("scalar_div")
+scalar_power = _scalar("scalar_power")
+scalar_maximum = _scalar("scalar_maximum")
+scalar_eq = _scalar("scalar_eq")
+scalar_ge = _scalar("scalar_ge")
+
+ewise_log = _unary("ewise_log")
+ewise_exp = _unary("ewise_exp")
+ewise_tanh = _unary("ewise_tanh")
+
+
+# ---------------------------------------------------------------- matmul
+
+def _matmul_launch(kernel_name, a, b, out, batch, m, n, p):
+    if out.size == 0:
+        return
+    tiles = lambda d: -(-d // _MATMUL_BLOCK)  # noqa: E731
+    grid = (min(tiles(p), MAX_BLOCKS), min(tiles(m), MAX_BLOCKS), min(batch, MAX_BLOCKS))
+    _launch(_kernel("matmul.cu", kernel_name), grid, (_MATMUL_THREADS, 1, 1),
+            (a.array, b.array, out.array, _i64(batch), _i64(m), _i64(n), _i64(p)))
+
+
+def _matmul_sizes(name, *sizes):
+    for what, v in zip(("batch", "m", "n", "p")[-len(sizes):], sizes):
+        if int(v) != v or v < 0:
+            raise ValueError(f"{name}: {what} must be a non-negative integer, got {v!r}")
+    return [int(v) for v in sizes]
+
+
+def matmul(a, b, out, m, n, p):
+    """out (m, p) = a (m, n) @ b (n, p), all compact row-major."""
+    _require("matmul")
+    _check_arrays("matmul", a=a, b=b, out=out)
+    m, n, p = _matmul_sizes("matmul", m, n, p)
+    _check_matmul("matmul", a, b, out, m, n, p)
+    _matmul_launch("matmul", a, b, out, 1, m, n, p)
+
+
+def matmul_batched(a, b, out, batch, m, n, p):
+    """out[k] (m, p) = a[k] (m, n) @ b[k] (n, p) for k < batch; blockIdx.z walks k."""
+    _require("matmul_batched")
+    _check_arrays("matmul_batched", a=a, b=b, out=out)
+    batch, m, n, p = _matmul_sizes("matmul_batched", batch, m, n, p)
+    _check_matmul("matmul_batched", a, b, out, m, n, p, batch)
+    _matmul_launch("matmul", a, b, out, batch, m, n, p)
+
+
+def matmul_tiled(a, b, out, m, n, p):
+    """matmul on the tiled layout: a is (m/T, n/T, T, T), b (n/T, p/T, T, T), out (m/T, p/T, T, T).
+
+    T is ``__tile_size__``; m, n, p must be multiples of T. The kernel is the
+    row-major one with a different element address (see matmul.cu).
+    """
+    _require("matmul_tiled")
+    _check_arrays("matmul_tiled", a=a, b=b, out=out)
+    m, n, p = _matmul_sizes("matmul_tiled", m, n, p)
+    t = __tile_size__
+    if m % t or n % t or p % t:
+        raise ValueError(f"matmul_tiled: m={m}, n={n}, p={p} must be multiples of the tile size {t}")
+    _check_matmul("matmul_tiled", a, b, out, m, n, p)
+    _matmul_launch("matmul_tiled", a, b, out, 1, m, n, p)
+
+
+# ---------------------------------------------------------------- reductions
+
+def _rows_launch(op, a, out, n_out, reduce_size):
+    if n_out == 0:
+        return
+    # One block per output row: as many threads as the row has elements,
+    # rounded up to whole warps, at most THREADS.
+    threads = min(THREADS, max(32, 1 << (int(reduce_size) - 1).bit_length()))
+    grid = (min(n_out, MAX_BLOCKS), 1, 1)
+    _launch(_kernel("reduce.cu", f"reduce_{op}_rows"), grid, (threads, 1, 1),
+            (a.array, out.array, _i64(n_out), _i64(reduce_size)))
+
+
+def _middle_launch(op, a, out, outer, reduce_size, inner):
+    if outer * inner == 0:
+        return
+    lanes = _MIDDLE_BLOCK[0]
+    tiles = outer * -(-inner // lanes)
+    grid = (min(tiles, MAX_BLOCKS), 1, 1)
+    _launch(_kernel("reduce.cu", f"reduce_{op}_middle"), grid, _MIDDLE_BLOCK,
+            (a.array, out.array, _i64(outer), _i64(reduce_size), _i64(inner)))
+
+
+def reduce_max(a, out, reduce_size):
+    """out[i] = max of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
+    _require("reduce_max")
+    _check_arrays("reduce_max", a=a, out=out)
+    _check_reduce("reduce_max", a, out, reduce_size)
+    _rows_launch("max", a, out, out.size, reduce_size)
+
+
+def reduce_sum(a, out, reduce_size):
+    """out[i] = sum of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
+    _require("reduce_sum")
+    _check_arrays("reduce_sum", a=a, out=out)
+    _check_reduce("reduce_sum", a, out, reduce_size)
+    _rows_launch("sum", a, out, out.size, reduce_size)
+
+
+def _reduce_axis(op, name, a, out, outer, reduce_size, inner):
+    _require(name)
+    _check_arrays(name, a=a, out=out)
+    _check_reduce_axis(name, a, out, outer, reduce_size, inner)
+    if inner == 1:
+        _rows_launch(op, a, out, outer, reduce_size)
+    else:
+        _middle_launch(op, a, out, outer, reduce_size, inner)
+
+
+def reduce_sum_axis(a, out, outer, reduce_size, inner):
+    """Compact a seen as (outer, reduce_size, inner); out (outer, inner) is the sum over the middle axis."""
+    _reduce_axis("sum", "reduce_sum_axis", a, out, outer, reduce_size, inner)
+
+
+def reduce_max_axis(a, out, outer, reduce_size, inner):
+    """Like reduce_sum_axis with max."""
+    _reduce_axis("max", "reduce_max_axis", a, out, outer, reduce_size, inner)

@@ -1,0 +1,266 @@
+"""The reference backend: the flat kernel table written in numpy.
+
+This module *defines* what every backend function means. The Cython + OpenMP
+backend (``ndarray_backend_cpu``) and the cupy CUDA backend
+(``ndarray_backend_cuda``) export the same names with the same arguments and
+must agree with this file to float32 rounding.
+
+Conventions shared by every backend
+-----------------------------------
+* An ``Array`` is a flat float32 buffer of ``size`` elements; ``ptr()`` is its
+  address, so two NDArray views can be seen to share memory.
+* ``shape``/``strides`` are tuples of ints, strides counted in *elements*,
+  ``offset`` an element offset into the flat buffer.
+* Element-wise and reduction kernels take *compact* inputs (row-major, offset
+  0, buffer size equal to the number of elements); NDArray compacts first.
+* Comparisons return 0.0/1.0 floats.
+* Sizes are checked at the Python boundary: a mismatch raises ``ValueError``
+  naming the argument, never reads or writes out of bounds.
+"""
+import numpy as np
+
+__device_name__ = "cpu_numpy"
+__tile_size__ = 8
+
+
+class Array:
+    """A flat float32 buffer."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, size):
+        size = int(size)
+        if size < 0:
+            raise ValueError(f"Array size must be >= 0, got {size}")
+        self.array = np.empty(size, dtype=np.float32)
+
+    @property
+    def size(self):
+        return self.array.size
+
+    def ptr(self):
+        return self.array.ctypes.data
+
+
+# ---------------------------------------------------------------- checks
+# These helpers are imported by the other backends' Python wrappers so every
+# backend raises the same messages for the same mistakes.
+
+def check_view(a_size, shape, strides, offset, what="a"):
+    """Raise ValueError unless the strided view (shape, strides, offset) lies in a buffer of a_size."""
+    shape, strides = tuple(shape), tuple(strides)
+    if len(shape) != len(strides):
+        raise ValueError(f"{what}: shape {shape} and strides {strides} have different lengths")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{what}: negative dimension in shape {shape}")
+    if offset < 0:
+        raise ValueError(f"{what}: negative offset {offset}")
+    if 0 in shape:
+        return
+    lo = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    if lo < 0 or hi >= a_size:
+        raise ValueError(
+            f"{what}: view shape={shape} strides={strides} offset={offset} "
+            f"reaches elements [{lo}, {hi}] outside a buffer of {a_size}"
+        )
+
+
+def check_same_size(name, **arrays):
+    sizes = {k: v.size for k, v in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"{name}: sizes differ: " + ", ".join(f"{k}={s}" for k, s in sizes.items()))
+
+
+def check_size(name, arr, expected, what):
+    if arr.size != expected:
+        raise ValueError(f"{name}: {what} has {arr.size} elements, expected {expected}")
+
+
+def check_scalar(name, val):
+    try:
+        return float(val)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: scalar argument must be a real number, got {type(val).__name__}") from None
+
+
+def prod(shape):
+    out = 1
+    for n in shape:
+        out *= int(n)
+    return out
+
+
+# ---------------------------------------------------------------- transfers
+
+def _view(a, shape, strides, offset):
+    check_view(a.size, shape, strides, offset)
+    item = a.array.itemsize
+    return np.lib.stride_tricks.as_strided(
+        a.array[offset:] if a.size else a.array, shape, tuple(s * item for s in strides)
+    )
+
+
+def to_numpy(a, shape, strides, offset):
+    """A new numpy float32 array with the elements of the strided view."""
+    return _view(a, shape, strides, offset).copy()
+
+
+def from_numpy(arr, out):
+    """Copy a numpy array (any float dtype, any layout) into out in row-major order."""
+    check_size("from_numpy", out, np.size(arr), "out")
+    out.array[:] = np.asarray(arr, dtype=np.float32).ravel()
+
+
+def fill(out, val):
+    out.array.fill(check_scalar("fill", val))
+
+
+# ---------------------------------------------------------------- strided copies
+
+def compact(a, out, shape, strides, offset):
+    """out[i] = a[offset + sum_k idx_k(i) * strides[k]], i running row-major over shape."""
+    check_size("compact", out, prod(shape), "out")
+    out.array[:] = _view(a, shape, strides, offset).ravel()
+
+
+def ewise_setitem(a, out, shape, strides, offset):
+    """Write the compact a into the strided view (shape, strides, offset) of out."""
+    check_size("ewise_setitem", a, prod(shape), "a")
+    _view(out, shape, strides, offset)[...] = a.array.reshape(shape)
+
+
+def scalar_setitem(size, val, out, shape, strides, offset):
+    """Set every element of the strided view of out to val; size == prod(shape)."""
+    if size != prod(shape):
+        raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
+    _view(out, shape, strides, offset)[...] = check_scalar("scalar_setitem", val)
+
+
+# ---------------------------------------------------------------- element-wise
+
+def _ewise(name, fn):
+    def kernel(a, b, out):
+        check_same_size(name, a=a, b=b, out=out)
+        out.array[:] = fn(a.array, b.array)
+    kernel.__name__ = name
+    kernel.__doc__ = f"out = {name[6:]}(a, b) element-wise on compact arrays of equal size."
+    return kernel
+
+
+def _scalar(name, fn):
+    def kernel(a, val, out):
+        check_same_size(name, a=a, out=out)
+        out.array[:] = fn(a.array, np.float32(check_scalar(name, val)))
+    kernel.__name__ = name
+    kernel.__doc__ = f"out = {name[7:]}(a, val) element-wise with a float scalar."
+    return kernel
+
+
+def _unary(name, fn):
+    def kernel(a, out):
+        check_same_size(name, a=a, out=out)
+        out.array[:] = fn(a.array)
+    kernel.__name__ = name
+    kernel.__doc__ = f"out = {name[6:]}(a) element-wise."
+    return kernel
+
+
+ewise_add = _ewise("ewise_add", np.add)
+ewise_mul = _ewise("ewise_mul", np.multiply)
+ewise_div = _ewise("ewise_div", np.divide)
+ewise_maximum = _ewise("ewise_maximum", np.maximum)
+ewise_eq = _ewise("ewise_eq", lambda x, y: (x == y).astype(np.float32))
+ewise_ge = _ewise("ewise_ge", lambda x, y: (x >= y).astype(np.float32))
+
+scalar_add = _scalar("scalar_add", np.add)
+scalar_mul = _scalar("scalar_mul", np.multiply)
+scalar_div = _scalar("scalar_div", np.divide)
+scalar_power = _scalar("scalar_power", np.power)
+scalar_maximum = _scalar("scalar_maximum", np.maximum)
+scalar_eq = _scalar("scalar_eq", lambda x, v: (x == v).astype(np.float32))
+scalar_ge = _scalar("scalar_ge", lambda x, v: (x >= v).astype(np.float32))
+
+ewise_log = _unary("ewise_log", np.log)
+ewise_exp = _unary("ewise_exp", np.exp)
+ewise_tanh = _unary("ewise_tanh", np.tanh)
+
+
+# ---------------------------------------------------------------- matmul
+
+def _check_matmul(name, a, b, out, m, n, p, batch=1):
+    check_size(name, a, batch * m * n, f"a (batch={batch}, m={m}, n={n})")
+    check_size(name, b, batch * n * p, f"b (batch={batch}, n={n}, p={p})")
+    check_size(name, out, batch * m * p, f"out (batch={batch}, m={m}, p={p})")
+
+
+def matmul(a, b, out, m, n, p):
+    """out (m, p) = a (m, n) @ b (n, p), all compact row-major."""
+    _check_matmul("matmul", a, b, out, m, n, p)
+    out.array[:] = (a.array.reshape(m, n) @ b.array.reshape(n, p)).ravel()
+
+
+def matmul_batched(a, b, out, batch, m, n, p):
+    """out[k] (m, p) = a[k] (m, n) @ b[k] (n, p) for k < batch (an extension used by NDArray's batched @)."""
+    _check_matmul("matmul_batched", a, b, out, m, n, p, batch)
+    out.array[:] = np.matmul(a.array.reshape(batch, m, n), b.array.reshape(batch, n, p)).ravel()
+
+
+def matmul_tiled(a, b, out, m, n, p):
+    """matmul on the tiled layout: a is (m/T, n/T, T, T), b (n/T, p/T, T, T), out (m/T, p/T, T, T).
+
+    T is ``__tile_size__``; m, n, p must be multiples of T. Each T x T tile is
+    stored contiguously, so a tile product touches three contiguous blocks.
+    """
+    t = __tile_size__
+    if m % t or n % t or p % t:
+        raise ValueError(f"matmul_tiled: m={m}, n={n}, p={p} must be multiples of the tile size {t}")
+    _check_matmul("matmul_tiled", a, b, out, m, n, p)
+    at = a.array.reshape(m // t, n // t, t, t)
+    bt = b.array.reshape(n // t, p // t, t, t)
+    out.array[:] = np.einsum("ikab,kjbc->ijac", at, bt).ravel()
+
+
+# ---------------------------------------------------------------- reductions
+
+def _check_reduce(name, a, out, reduce_size, outer=None, inner=1):
+    if reduce_size < 1:
+        raise ValueError(f"{name}: reduce_size must be >= 1, got {reduce_size}")
+    expected = out.size * reduce_size
+    if a.size != expected:
+        raise ValueError(f"{name}: a has {a.size} elements, expected out.size*reduce_size = {expected}")
+
+
+def reduce_max(a, out, reduce_size):
+    """out[i] = max of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
+    _check_reduce("reduce_max", a, out, reduce_size)
+    out.array[:] = a.array[: out.size * reduce_size].reshape(-1, reduce_size).max(axis=1)
+
+
+def reduce_sum(a, out, reduce_size):
+    """out[i] = sum of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
+    _check_reduce("reduce_sum", a, out, reduce_size)
+    out.array[:] = a.array[: out.size * reduce_size].reshape(-1, reduce_size).sum(axis=1)
+
+
+def _check_reduce_axis(name, a, out, outer, reduce_size, inner):
+    if min(outer, inner) < 0 or reduce_size < 1:
+        raise ValueError(f"{name}: bad sizes outer={outer}, reduce_size={reduce_size}, inner={inner}")
+    check_size(name, a, outer * reduce_size * inner, f"a (outer={outer}, reduce={reduce_size}, inner={inner})")
+    check_size(name, out, outer * inner, f"out (outer={outer}, inner={inner})")
+
+
+def reduce_sum_axis(a, out, outer, reduce_size, inner):
+    """Compact a seen as (outer, reduce_size, inner); out (outer, inner) is the sum over the middle axis.
+
+    An extension: reducing a leading or middle axis without first copying the
+    array into a transposed layout. ``reduce_sum`` is the case inner == 1.
+    """
+    _check_reduce_axis("reduce_sum_axis", a, out, outer, reduce_size, inner)
+    out.array[:] = a.array.reshape(outer, reduce_size, inner).sum(axis=1).ravel()
+
+
+def reduce_max_axis(a, out, outer, reduce_size, inner):
+    """Like reduce_sum_axis with max."""
+    _check_reduce_axis("reduce_max_axis", a, out, outer, reduce_size, inner)
+    out.array[:] = a.array.reshape(outer, reduce_size, inner).max(axis=1).ravel()

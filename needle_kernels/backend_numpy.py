@@ -1,0 +1,148 @@
+"""The array API of ``NEEDLE_BACKEND=np``: numpy itself, with one CPU device.
+
+The course builds autograd and the nn library before students write their own
+NDArray, so the library must also run on plain ``numpy.ndarray`` (float32).
+This module *is* that array API: any name not defined here falls through to
+numpy (``backend_numpy.exp is numpy.exp``), and the few functions whose numpy
+signature differs from the NDArray module's are redefined here:
+
+* ``array/empty/full/zeros/ones`` take ``device=`` and default to float32;
+* ``sum``/``max`` always return arrays (numpy returns scalars for ``axis=None``);
+* ``as_strided(a, shape, strides)`` takes strides in *elements*, like NDArray
+  (numpy's own ``as_strided`` counts bytes).
+"""
+import numpy
+
+__device_name__ = "cpu"
+
+
+class NumpyDevice:
+    """The single device of numpy mode.
+
+    ``rand``/``randn`` draw from numpy's global RNG in float64 and cast to
+    float32, exactly like the NDArray devices, so ``np.random.seed(s)`` gives
+    the same numbers in both modes.
+    """
+
+    def __init__(self, name="cpu", enabled=True):
+        self.name = name
+        self._enabled = enabled
+
+    def __repr__(self):
+        return f"{self.name}()"
+
+    def __eq__(self, other):
+        return getattr(other, "name", None) == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def enabled(self):
+        return self._enabled
+
+    def _check(self):
+        if not self._enabled:
+            raise RuntimeError(f"device {self} is not available on this machine")
+
+    def rand(self, *shape, dtype="float32"):
+        self._check()
+        return numpy.asarray(numpy.random.rand(*shape), dtype=dtype)
+
+    def randn(self, *shape, dtype="float32"):
+        self._check()
+        return numpy.asarray(numpy.random.randn(*shape), dtype=dtype)
+
+    def one_hot(self, n, i, dtype="float32"):
+        self._check()
+        return numpy.eye(n, dtype=dtype)[numpy.asarray(i, dtype=numpy.int64)]
+
+    def empty(self, shape, dtype="float32"):
+        self._check()
+        return numpy.empty(shape, dtype=dtype)
+
+    def full(self, shape, fill_value, dtype="float32"):
+        self._check()
+        return numpy.full(shape, fill_value, dtype=dtype)
+
+    def zeros(self, shape, dtype="float32"):
+        return self.full(shape, 0.0, dtype)
+
+    def ones(self, shape, dtype="float32"):
+        return self.full(shape, 1.0, dtype)
+
+
+_CPU = NumpyDevice("cpu")
+_CUDA = NumpyDevice("cuda", enabled=False)
+
+
+def cpu():
+    """The CPU device (numpy arrays)."""
+    return _CPU
+
+
+def cpu_numpy():
+    """numpy mode has one device; ``cpu_numpy()`` is the same as ``cpu()``."""
+    return _CPU
+
+
+def cuda():
+    """A disabled device: numpy mode never runs on a GPU."""
+    return _CUDA
+
+
+def default_device():
+    return _CPU
+
+
+def all_devices():
+    return [_CPU]
+
+
+# ---------------------------------------------------------------- numpy shims
+
+def array(obj, dtype="float32", device=None):
+    if hasattr(obj, "numpy") and not isinstance(obj, numpy.ndarray):
+        obj = obj.numpy()  # an NDArray of the other mode
+    return numpy.array(obj, dtype=dtype)
+
+
+def empty(shape, dtype="float32", device=None):
+    return numpy.empty(shape, dtype=dtype)
+
+
+def full(shape, fill_value, dtype="float32", device=None):
+    return numpy.full(shape, fill_value, dtype=dtype)
+
+
+def zeros(shape, dtype="float32", device=None):
+    return numpy.zeros(shape, dtype=dtype)
+
+
+def ones(shape, dtype="float32", device=None):
+    return numpy.ones(shape, dtype=dtype)
+
+
+def sum(a, axis=None, keepdims=False):
+    return numpy.asarray(numpy.sum(a, axis=axis, keepdims=keepdims))
+
+
+def max(a, axis=None, keepdims=False):
+    return numpy.asarray(numpy.max(a, axis=axis, keepdims=keepdims))
+
+
+def as_strided(a, shape, strides):
+    """A view of ``a`` with the given shape and strides counted in elements."""
+    item = a.itemsize
+    return numpy.lib.stride_tricks.as_strided(
+        a, shape=tuple(shape), strides=tuple(s * item for s in strides), writeable=False
+    )
+
+
+def element_strides(a):
+    """Strides of a numpy array in elements (NDArray.strides already are)."""
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def __getattr__(name):
+    # everything else (exp, log, maximum, matmul, stack, flip, pad, ...) is numpy's own
+    return getattr(numpy, name)

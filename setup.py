@@ -1,0 +1,48 @@
+"""Builds the Cython + OpenMP extensions of needle_kernels.
+
+Every ``.pyx`` file under ``needle_kernels/`` becomes an extension module of
+the same dotted name. Flags:
+
+* ``-O3 -fopenmp`` for compile and link (OpenMP is what makes ``prange`` run
+  in parallel; without it the loops silently run on one thread).
+* Portable by default (x86-64-v3 where the compiler and CPU support AVX2/FMA is
+  *not* assumed). Set ``NK_NATIVE=1`` to add ``-march=native`` when the
+  package is built and used on the same machine.
+"""
+import glob
+import os
+import sys
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+compile_args = ["-O3", "-fopenmp"]
+link_args = ["-fopenmp"]
+if os.environ.get("NK_NATIVE", "0") not in ("", "0"):
+    compile_args.append("-march=native")
+if sys.platform == "darwin":  # Apple clang needs libomp and the preprocessor form of the flag
+    compile_args = ["-O3", "-Xpreprocessor", "-fopenmp"]
+    link_args = ["-lomp"]
+
+extensions = []
+for pyx in sorted(glob.glob("needle_kernels/**/*.pyx", recursive=True)):
+    name = pyx[: -len(".pyx")].replace(os.sep, ".")
+    extensions.append(
+        Extension(
+            name,
+            [pyx],
+            include_dirs=[np.get_include()],
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        )
+    )
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
+    )
+)
