@@ -86,9 +86,14 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
 __device_name__ = "cpu"
 __tile_size__ = 8
 
-DEF MAX_NDIM = 64
-# Below this many elements (or flops for matmul) a kernel runs on one thread.
-DEF PARALLEL_MIN_WORK = 32768
+cdef enum:
+    MAX_NDIM = 64
+    # Below this much work (elements; flops/64 for matmul) a kernel runs on one thread.
+    PARALLEL_MIN_WORK = 32768
+    # Tiles of a transpose-like copy are COPY_TILE x COPY_TILE.
+    COPY_TILE = 32
+    # Below this many multiply-adds the packing costs more than it saves.
+    GEMM_SMALL = 4096
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
 cdef int _gemm_index = nk_gemm_best()
@@ -251,6 +256,10 @@ cdef int _collapse(int nd, Py_ssize_t *shape, Py_ssize_t *s1, Py_ssize_t *s2) no
     return out
 
 
+cdef inline Py_ssize_t _iabs(Py_ssize_t x) noexcept nogil:
+    return -x if x < 0 else x
+
+
 cdef inline void _run(const float *src, Py_ssize_t ss, float *dst, Py_ssize_t ds, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t j
     if ss == 1 and ds == 1:
@@ -293,8 +302,6 @@ cdef void _copy_range(const float *src, float *dst, int nd, const Py_ssize_t *sh
             do += ds[k]
 
 
-DEF COPY_TILE = 32
-
 cdef void _copy_tiles(const float *src, float *dst, int nd, const Py_ssize_t *shape, const Py_ssize_t *ss,
                       const Py_ssize_t *ds, Py_ssize_t item) noexcept nogil:
     """Copy one band of COPY_TILE rows of the last two axes, tile by tile (a transpose-like copy)."""
@@ -309,11 +316,13 @@ cdef void _copy_tiles(const float *src, float *dst, int nd, const Py_ssize_t *sh
         so += (outer % shape[k]) * ss[k]
         do += (outer % shape[k]) * ds[k]
         outer //= shape[k]
-    for c0 in range(0, cols, COPY_TILE):
+    c0 = 0
+    while c0 < cols:
         c1 = c0 + COPY_TILE if c0 + COPY_TILE < cols else cols
         for i in range(r0, r1):
             for j in range(c0, c1):
                 dst[do + i * dr + j * dc] = src[so + i * sr + j * sc]
+        c0 += COPY_TILE
 
 
 cdef void _strided_copy(const float *src, Py_ssize_t *ss, float *dst, Py_ssize_t *ds, Py_ssize_t *shape,
@@ -325,11 +334,12 @@ cdef void _strided_copy(const float *src, Py_ssize_t *ss, float *dst, Py_ssize_t
         return
     nd = _collapse(nd, shape, ss, ds)
     nt = _threads_for(total)
-    if nd >= 2 and (abs(ss[nd - 2]) < abs(ss[nd - 1]) or abs(ds[nd - 2]) < abs(ds[nd - 1])):
+    if nd >= 2 and (_iabs(ss[nd - 2]) < _iabs(ss[nd - 1]) or _iabs(ds[nd - 2]) < _iabs(ds[nd - 1])):
         # The two views are contiguous along different axes: copy in tiles so
         # both the reads and the writes stay within a few cache lines.
         items = total // shape[nd - 1] // shape[nd - 2] * ((shape[nd - 2] + COPY_TILE - 1) // COPY_TILE)
         if nt == 1:
+            nk_note_thread(0)
             for it in range(items):
                 _copy_tiles(src, dst, nd, shape, ss, ds, it)
         else:
@@ -338,6 +348,7 @@ cdef void _strided_copy(const float *src, Py_ssize_t *ss, float *dst, Py_ssize_t
                 _copy_tiles(src, dst, nd, shape, ss, ds, it)
         return
     if nt == 1:
+        nk_note_thread(0)
         _copy_range(src, dst, nd, shape, ss, ds, 0, total)
         return
     chunk = (total + nt - 1) // nt
@@ -398,6 +409,7 @@ def fill(out, val):
     nk_reset_threads()
     with nogil:
         if nt == 1:
+            nk_note_thread(0)
             nk_fill(O.data, v, n)
         else:
             chunk = ((n + nt - 1) // nt + 15) // 16 * 16
@@ -464,6 +476,7 @@ cdef void _binary_kernel(int op, const float *a, const float *b, float *out, Py_
     cdef Py_ssize_t chunk, lo
     nk_reset_threads()
     if nt == 1:
+        nk_note_thread(0)
         nk_binary(op, a, b, out, n)
         return
     # Chunks are multiples of 16 floats (64 bytes) so threads never share a cache line.
@@ -480,6 +493,7 @@ cdef void _scalar_kernel(int op, const float *a, float v, float *out, Py_ssize_t
     cdef Py_ssize_t chunk, lo
     nk_reset_threads()
     if nt == 1:
+        nk_note_thread(0)
         nk_scalar(op, a, v, out, n)
         return
     chunk = ((n + nt - 1) // nt + 15) // 16 * 16
@@ -495,6 +509,7 @@ cdef void _unary_kernel(int op, const float *a, float *out, Py_ssize_t n) noexce
     cdef Py_ssize_t chunk, lo
     nk_reset_threads()
     if nt == 1:
+        nk_note_thread(0)
         nk_unary(op, a, out, n)
         return
     chunk = ((n + nt - 1) // nt + 15) // 16 * 16
@@ -614,10 +629,6 @@ def ewise_tanh(a, out):
 
 # ---------------------------------------------------------------- matmul
 
-# Below this many multiply-adds the packing costs more than it saves.
-DEF GEMM_SMALL = 4096
-
-
 cdef void _gemm_small(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n,
                       Py_ssize_t p) noexcept nogil:
     cdef Py_ssize_t i, k, j
@@ -674,9 +685,11 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
         return -1
     if nt == 1:
         nk_note_thread(0)
-        for jc in range(0, p, nc):
+        jc = 0
+        while jc < p:
             ncur = nc if nc < p - jc else p - jc
-            for pc in range(0, n, kc):
+            pc = 0
+            while pc < n:
                 kcur = kc if kc < n - pc else n - pc
                 nk_pack_b(B + pc * p + jc, p, kcur, 0, ncur, NR, Bp)
                 for ib in range(nb):
@@ -684,13 +697,20 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
                     mcur = mc if mc < m - i0 else m - i0
                     nk_pack_a(A + i0 * n + pc, n, mcur, kcur, MR, Ap_all)
                     kern.macro(mcur, ncur, kcur, Ap_all, Bp, C + i0 * p + jc, p, pc > 0)
+                pc += kc
+            jc += nc
     else:
         with parallel(num_threads=nt):
-            for jc in range(0, p, nc):
+            # Every thread walks the same (jc, pc) loops; the two prange loops
+            # inside share out the packing of B and the row blocks, and their
+            # implicit barriers keep the threads in step.
+            jc = 0
+            while jc < p:
                 ncur = nc if nc < p - jc else p - jc
-                for pc in range(0, n, kc):
+                npan = (ncur + NR - 1) // NR
+                pc = 0
+                while pc < n:
                     kcur = kc if kc < n - pc else n - pc
-                    npan = (ncur + NR - 1) // NR
                     for jp in prange(npan, schedule="static"):
                         nk_pack_b(B + pc * p + jc, p, kcur, jp * NR,
                                   (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, NR, Bp)
@@ -701,6 +721,8 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
                         mcur = mc if mc < m - i0 else m - i0
                         nk_pack_a(A + i0 * n + pc, n, mcur, kcur, MR, Ap)
                         kern.macro(mcur, ncur, kcur, Ap, Bp, C + i0 * p + jc, p, pc > 0)
+                    pc = pc + kc
+                jc = jc + nc
     free(Bp)
     free(Ap_all)
     return 0
@@ -748,13 +770,11 @@ def matmul_batched(a, b, out, batch, m, n, p):
             for k in prange(cb, num_threads=nt, schedule="dynamic"):
                 nk_note_thread(threadid())
                 e = _gemm(A.data + k * cm * cn, B.data + k * cn * cp, O.data + k * cm * cp, cm, cn, cp, 1)
-                if e:
-                    err = e
+                err += e
         else:
             for k in range(cb):
                 e = _gemm(A.data + k * cm * cn, B.data + k * cn * cp, O.data + k * cm * cp, cm, cn, cp, nt)
-                if e:
-                    err = e
+                err += e
     if err:
         raise MemoryError("matmul_batched: cannot allocate packing buffers")
 

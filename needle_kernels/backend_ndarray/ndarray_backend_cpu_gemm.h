@@ -52,8 +52,9 @@ typedef struct {
             vec b[NV];                                                                          \
             _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                              \
                 memcpy(&b[j], B + j * (W), sizeof(vec));                                        \
+            /* scalar * vector splats A[i] (a broadcast load, no arithmetic) */                 \
             _Pragma("GCC unroll 32") for (int i = 0; i < (MR); i++) {                           \
-                vec a = (vec){0} + A[i];                                                        \
+                const float a = A[i];                                                           \
                 _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] += a * b[j];   \
             }                                                                                   \
             A += (MR);                                                                          \

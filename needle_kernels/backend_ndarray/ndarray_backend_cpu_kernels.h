@@ -114,6 +114,7 @@ static inline float nk_tanhf(float x)
     big = ax > 9.0f ? 1.0f : big;
     big = x < 0.0f ? -big : big;
     float r = ax < 0.625f ? small : big;
+    r = x == 0.0f ? x : r; /* keeps the sign of -0 */
     return x != x ? x : r;
 }
 

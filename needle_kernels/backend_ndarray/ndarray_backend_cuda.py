@@ -12,12 +12,12 @@ kernel raises ``RuntimeError`` with that reason.
 
 Arguments are checked here, before any launch, with the helpers of the
 reference backend, so mistakes raise the same ``ValueError`` messages on
-every device. Launches are asynchronous: ``to_numpy`` waits for them.
+every device. Launches are asynchronous: ``to_numpy`` and ``synchronize()``
+wait for them.
 
-Set ``last_launch()`` aside for debugging: it returns the grid and block of
-the most recent launch.
+``last_launch()`` returns the grid and block of the most recent launch, for
+the debug printer.
 """
-import functools
 import os
 import re
 import threading
@@ -137,7 +137,8 @@ def _check_arrays(name, **arrays):
 # ---------------------------------------------------------------- kernels and launches
 
 _compile_lock = threading.Lock()
-_modules = {}
+_modules = {}    # source file -> cupy.RawModule
+_functions = {}  # kernel name -> cupy.RawKernel
 _last_launch = "no kernel launched yet"
 
 
@@ -161,20 +162,33 @@ def source_files():
     return sorted(os.path.join(_SOURCE_DIR, f) for f in os.listdir(_SOURCE_DIR) if f.endswith(".cu"))
 
 
-def _kernel(filename, name):
-    """The compiled kernel ``name`` of cuda/<filename>, compiling the file on first use."""
+# Every kernel this module launches, by the source file that defines it.
+KERNELS = {
+    "elementwise.cu": (
+        "fill", "ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
+        "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq",
+        "scalar_ge", "ewise_log", "ewise_exp", "ewise_tanh",
+    ),
+    "strided.cu": ("compact", "ewise_setitem", "scalar_setitem"),
+    "matmul.cu": ("matmul", "matmul_tiled"),
+    "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle"),
+}
+_SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
+
+
+def _kernel(name):
+    """The compiled kernel ``name``, compiling its source file on first use."""
     cupy = _require(name)
-    with _compile_lock:
-        module = _modules.get(filename)
-        if module is None:
-            module = cupy.RawModule(code=_source(filename), options=_COMPILE_OPTIONS)
-            _modules[filename] = module
-    return _get_function(module, name)
-
-
-@functools.lru_cache(maxsize=None)
-def _get_function(module, name):
-    return module.get_function(name)
+    function = _functions.get(name)
+    if function is None:
+        filename = _SOURCE_OF[name]
+        with _compile_lock:
+            module = _modules.get(filename)
+            if module is None:
+                module = cupy.RawModule(code=_source(filename), options=_COMPILE_OPTIONS)
+                _modules[filename] = module
+            function = _functions[name] = module.get_function(name)
+    return function
 
 
 def grid_1d(n, threads=THREADS):
@@ -195,6 +209,11 @@ def _launch(kernel, grid, block, args):
 def last_launch():
     """'grid=(gx,gy,gz) block=(bx,by,bz)' of the most recent kernel launch."""
     return _last_launch
+
+
+def synchronize():
+    """Wait for every launched kernel to finish (launches are asynchronous)."""
+    _require("synchronize").cuda.get_current_stream().synchronize()
 
 
 def _i64(x):
@@ -223,7 +242,8 @@ def from_numpy(arr, out):
     _require("from_numpy")
     _check_arrays("from_numpy", out=out)
     check_size("from_numpy", out, np.size(arr), "out")
-    out.array.set(np.ascontiguousarray(arr, dtype=np.float32).ravel())
+    if out.size:
+        out.array.set(np.ascontiguousarray(arr, dtype=np.float32).ravel())
 
 
 def fill(out, val):
@@ -232,7 +252,7 @@ def fill(out, val):
     _check_arrays("fill", out=out)
     val = check_scalar("fill", val)
     if out.size:
-        _launch(_kernel("elementwise.cu", "fill"), *grid_1d(out.size), (out.array, _f32(val), _i64(out.size)))
+        _launch(_kernel("fill"), *grid_1d(out.size), (out.array, _f32(val), _i64(out.size)))
 
 
 # ---------------------------------------------------------------- strided copies
@@ -272,18 +292,14 @@ def _view_struct(name, shape, strides, offset):
     return view
 
 
-def _strided(kernel_name, name, a, out, shape, strides, offset, val=None):
+def _strided(kernel_name, name, first, out, shape, strides, offset):
+    """Launch a strided.cu kernel; `first` is the source Array (compact, ewise_setitem) or the scalar."""
     n = prod(shape)
     if n == 0:
         return
     view = _view_struct(name, shape, strides, offset)
-    if kernel_name == "compact":
-        args = (a.array, out.array, view, _i64(n))
-    elif kernel_name == "ewise_setitem":
-        args = (a.array, out.array, view, _i64(n))
-    else:
-        args = (_f32(val), out.array, view, _i64(n))
-    _launch(_kernel("strided.cu", kernel_name), *grid_1d(n), args)
+    first = _f32(first) if kernel_name == "scalar_setitem" else first.array
+    _launch(_kernel(kernel_name), *grid_1d(n), (first, out.array, view, _i64(n)))
 
 
 def compact(a, out, shape, strides, offset):
@@ -312,7 +328,7 @@ def scalar_setitem(size, val, out, shape, strides, offset):
         raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
     val = check_scalar("scalar_setitem", val)
     check_view(out.size, shape, strides, offset, what="out")
-    _strided("scalar_setitem", "scalar_setitem", None, out, shape, strides, offset, val)
+    _strided("scalar_setitem", "scalar_setitem", val, out, shape, strides, offset)
 
 
 # ---------------------------------------------------------------- element-wise
@@ -323,7 +339,7 @@ def _ewise(name):
         _check_arrays(name, a=a, b=b, out=out)
         check_same_size(name, a=a, b=b, out=out)
         if out.size:
-            _launch(_kernel("elementwise.cu", name), *grid_1d(out.size),
+            _launch(_kernel(name), *grid_1d(out.size),
                     (a.array, b.array, out.array, _i64(out.size)))
     kernel.__name__ = name
     kernel.__doc__ = f"out = {name[6:]}(a, b) element-wise on compact arrays of equal size."
@@ -337,7 +353,7 @@ def _scalar(name):
         check_same_size(name, a=a, out=out)
         val = check_scalar(name, val)
         if out.size:
-            _launch(_kernel("elementwise.cu", name), *grid_1d(out.size),
+            _launch(_kernel(name), *grid_1d(out.size),
                     (a.array, _f32(val), out.array, _i64(out.size)))
     kernel.__name__ = name
     kernel.__doc__ = f"out = {name[7:]}(a, val) element-wise with a float scalar."
@@ -350,7 +366,7 @@ def _unary(name):
         _check_arrays(name, a=a, out=out)
         check_same_size(name, a=a, out=out)
         if out.size:
-            _launch(_kernel("elementwise.cu", name), *grid_1d(out.size), (a.array, out.array, _i64(out.size)))
+            _launch(_kernel(name), *grid_1d(out.size), (a.array, out.array, _i64(out.size)))
     kernel.__name__ = name
     kernel.__doc__ = f"out = {name[6:]}(a) element-wise."
     return kernel
@@ -383,15 +399,22 @@ def _matmul_launch(kernel_name, a, b, out, batch, m, n, p):
         return
     tiles = lambda d: -(-d // _MATMUL_BLOCK)  # noqa: E731
     grid = (min(tiles(p), MAX_BLOCKS), min(tiles(m), MAX_BLOCKS), min(batch, MAX_BLOCKS))
-    _launch(_kernel("matmul.cu", kernel_name), grid, (_MATMUL_THREADS, 1, 1),
+    _launch(_kernel(kernel_name), grid, (_MATMUL_THREADS, 1, 1),
             (a.array, b.array, out.array, _i64(batch), _i64(m), _i64(n), _i64(p)))
 
 
 def _matmul_sizes(name, *sizes):
-    for what, v in zip(("batch", "m", "n", "p")[-len(sizes):], sizes):
-        if int(v) != v or v < 0:
+    names = ("batch", "m", "n", "p")[-len(sizes):]
+    out = []
+    for what, v in zip(names, sizes):
+        try:
+            iv = int(v)
+        except (TypeError, ValueError):
+            iv = None
+        if iv is None or iv != v or iv < 0:
             raise ValueError(f"{name}: {what} must be a non-negative integer, got {v!r}")
-    return [int(v) for v in sizes]
+        out.append(iv)
+    return out
 
 
 def matmul(a, b, out, m, n, p):
@@ -437,7 +460,7 @@ def _rows_launch(op, a, out, n_out, reduce_size):
     # rounded up to whole warps, at most THREADS.
     threads = min(THREADS, max(32, 1 << (int(reduce_size) - 1).bit_length()))
     grid = (min(n_out, MAX_BLOCKS), 1, 1)
-    _launch(_kernel("reduce.cu", f"reduce_{op}_rows"), grid, (threads, 1, 1),
+    _launch(_kernel(f"reduce_{op}_rows"), grid, (threads, 1, 1),
             (a.array, out.array, _i64(n_out), _i64(reduce_size)))
 
 
@@ -447,7 +470,7 @@ def _middle_launch(op, a, out, outer, reduce_size, inner):
     lanes = _MIDDLE_BLOCK[0]
     tiles = outer * -(-inner // lanes)
     grid = (min(tiles, MAX_BLOCKS), 1, 1)
-    _launch(_kernel("reduce.cu", f"reduce_{op}_middle"), grid, _MIDDLE_BLOCK,
+    _launch(_kernel(f"reduce_{op}_middle"), grid, _MIDDLE_BLOCK,
             (a.array, out.array, _i64(outer), _i64(reduce_size), _i64(inner)))
 
 

@@ -93,8 +93,8 @@ def prod(shape):
 
 # ---------------------------------------------------------------- transfers
 
-def _view(a, shape, strides, offset):
-    check_view(a.size, shape, strides, offset)
+def _view(a, shape, strides, offset, what="a"):
+    check_view(a.size, shape, strides, offset, what)
     item = a.array.itemsize
     return np.lib.stride_tricks.as_strided(
         a.array[offset:] if a.size else a.array, shape, tuple(s * item for s in strides)
@@ -127,14 +127,14 @@ def compact(a, out, shape, strides, offset):
 def ewise_setitem(a, out, shape, strides, offset):
     """Write the compact a into the strided view (shape, strides, offset) of out."""
     check_size("ewise_setitem", a, prod(shape), "a")
-    _view(out, shape, strides, offset)[...] = a.array.reshape(shape)
+    _view(out, shape, strides, offset, "out")[...] = a.array.reshape(shape)
 
 
 def scalar_setitem(size, val, out, shape, strides, offset):
     """Set every element of the strided view of out to val; size == prod(shape)."""
     if size != prod(shape):
         raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
-    _view(out, shape, strides, offset)[...] = check_scalar("scalar_setitem", val)
+    _view(out, shape, strides, offset, "out")[...] = check_scalar("scalar_setitem", val)
 
 
 # ---------------------------------------------------------------- element-wise

@@ -182,6 +182,7 @@ def extract_cifar10(archive, root=None):
     """Unpack ``cifar-10-python.tar.gz`` into ``<data dir>/cifar-10-batches-py`` (atomically)."""
     base = paths.data_dir(root)
     final = base / paths.CIFAR10_FOLDER
+    base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".cifar-extract-", dir=base))
     try:
         with tarfile.open(archive, "r:gz") as tar:

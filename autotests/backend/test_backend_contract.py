@@ -1,0 +1,342 @@
+"""The backend contract: every function of the kernel table agrees with the numpy reference.
+
+Each test runs on every native backend module (``backend`` fixture: the
+Cython + OpenMP module always, the CUDA module where a GPU exists) and
+compares it with ``ndarray_backend_numpy``, which defines the table. Inputs
+come from hypothesis: strided views with permuted axes, zero (broadcast) and
+negative strides, offsets, empty and one-element shapes; a few fixed large
+cases make the multi-threaded paths run as well.
+"""
+import numpy as np
+import pytest
+from backend_cases import float_arrays, get, put, strided_views, view_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+# Backend fixtures are stateless modules, so reusing them across examples is fine.
+given_settings = settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+
+TABLE = [
+    "Array", "to_numpy", "from_numpy", "fill", "compact", "ewise_setitem", "scalar_setitem",
+    "ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
+    "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
+    "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
+    "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
+]
+EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
+SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq", "scalar_ge"]
+UNARY = ["ewise_log", "ewise_exp", "ewise_tanh"]
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 88.7, 89.0, -87.5, -104.0,
+                    1e30, -1e30, 0.5, 0.625, -0.625, 9.5, -9.5], dtype=np.float32)
+
+
+def both(backend, ref, fn, inputs, out_size, *args, scalar=None):
+    """Run fn(*inputs, [scalar,] out, *args) on both modules; return (backend result, reference result)."""
+    results = []
+    for module in (backend, ref):
+        arrays = [put(module, x) for x in inputs]
+        if scalar is not None:
+            arrays.append(scalar)
+        out = module.Array(out_size)
+        module.fill(out, -7.0)
+        getattr(module, fn)(*arrays, out, *args)
+        results.append(get(module, out))
+    return results
+
+
+def close(got, want, rtol=1e-6, atol=0.0):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+
+
+# ---------------------------------------------------------------- the table itself
+
+def test_exports_the_whole_table(backend, ref):
+    for name in TABLE:
+        assert callable(getattr(backend, name)), name
+    assert isinstance(backend.__device_name__, str) and backend.__device_name__ != ref.__device_name__
+    assert backend.__tile_size__ == ref.__tile_size__
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, 1000])
+def test_array_has_size_and_distinct_addresses(backend, size):
+    a, b = backend.Array(size), backend.Array(size)
+    assert a.size == size
+    assert isinstance(a.ptr(), int) and a.ptr() != b.ptr()
+
+
+@given_settings
+@given(st.sampled_from([np.float32, np.float64, np.float16, np.int32]), st.integers(0, 3), st.data())
+def test_from_numpy_copies_any_dtype_and_layout(backend, dtype, nd, data):
+    shape = tuple(data.draw(st.lists(st.integers(0, 5), min_size=nd, max_size=nd)))
+    x = (np.random.default_rng(nd).standard_normal(shape) * 10).astype(dtype)
+    if nd >= 2:
+        x = x.swapaxes(0, -1)  # a non-contiguous source
+    a = backend.Array(x.size)
+    backend.from_numpy(x, a)
+    np.testing.assert_array_equal(get(backend, a), x.astype(np.float32).ravel())
+
+
+@given_settings
+@given(strided_views())
+def test_to_numpy(backend, ref, case):
+    buf, shape, strides, offset, view = case
+    got = backend.to_numpy(put(backend, buf), shape, strides, offset)
+    want = ref.to_numpy(put(ref, buf), shape, strides, offset)
+    assert got.shape == want.shape == view.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+
+
+@given_settings
+@given(st.floats(allow_nan=False, width=32) | st.integers(-5, 5), st.integers(0, 70000))
+def test_fill(backend, val, size):
+    out = backend.Array(size)
+    backend.fill(out, val)
+    np.testing.assert_array_equal(get(backend, out), np.full(size, val, np.float32))
+
+
+# ---------------------------------------------------------------- strided copies
+
+@given_settings
+@given(strided_views())
+def test_compact(backend, ref, case):
+    buf, shape, strides, offset, view = case
+    got, want = both(backend, ref, "compact", [buf], view.size, shape, strides, offset)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, view.ravel())
+
+
+@given_settings
+@given(strided_views(allow_broadcast=False), st.integers(0, 2**32 - 1))
+def test_ewise_setitem(backend, ref, case, seed):
+    buf, shape, strides, offset, view = case
+    src = np.random.default_rng(seed).standard_normal(view.size).astype(np.float32)
+    results = []
+    for module in (backend, ref):
+        out = put(module, buf)
+        module.ewise_setitem(put(module, src), out, shape, strides, offset)
+        results.append(get(module, out))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@given_settings
+@given(strided_views(), st.floats(-1e6, 1e6, width=32))
+def test_scalar_setitem(backend, ref, case, val):
+    buf, shape, strides, offset, view = case
+    results = []
+    for module in (backend, ref):
+        out = put(module, buf)
+        module.scalar_setitem(view.size, val, out, shape, strides, offset)
+        results.append(get(module, out))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize(
+    "shape, transform",
+    [
+        ((1200, 900), lambda v: v.T),                      # transpose: the tiled copy
+        ((64, 50, 40), lambda v: v.transpose(2, 0, 1)),
+        ((300, 400), lambda v: v[::-1, ::2]),              # flips and steps
+        ((250000,), lambda v: v[::-3]),
+        ((700, 1), lambda v: np.broadcast_to(v, (700, 300))),  # zero strides
+        ((1, 500), lambda v: np.broadcast_to(v, (400, 500)).T),
+        ((40, 30, 20, 10), lambda v: v[1:, ::-1, 2:17:3].transpose(3, 1, 0, 2)),
+    ],
+)
+def test_large_strided_copies(backend, ref, shape, transform):
+    base = np.random.default_rng(0).standard_normal(int(np.prod(shape)) + 5).astype(np.float32)
+    view = transform(base[: int(np.prod(shape))].reshape(shape))
+    vshape, vstrides, voffset = view_of(base, view)
+    got, want = both(backend, ref, "compact", [base], view.size, vshape, vstrides, voffset)
+    np.testing.assert_array_equal(got, want)
+    if 0 not in vstrides:  # setitem into a broadcast view has no defined result
+        src = np.arange(view.size, dtype=np.float32)
+        results = []
+        for module in (backend, ref):
+            out = put(module, base)
+            module.ewise_setitem(put(module, src), out, vshape, vstrides, voffset)
+            results.append(get(module, out))
+            module.scalar_setitem(view.size, 3.0, out, vshape, vstrides, voffset)
+            results.append(get(module, out))
+        np.testing.assert_array_equal(results[0], results[2])
+        np.testing.assert_array_equal(results[1], results[3])
+
+
+# ---------------------------------------------------------------- element-wise
+
+def _pair(size):
+    """Two arrays where b often equals a (so eq/ge see ties) and both hold special values."""
+    @st.composite
+    def make(draw):
+        a = draw(float_arrays(size, -1e3, 1e3))
+        b = draw(float_arrays(size, -1e3, 1e3))
+        ties = np.array(draw(st.lists(st.booleans(), min_size=size, max_size=size)), dtype=bool)
+        b = np.where(ties, a, b).astype(np.float32)
+        if size and draw(st.booleans()):
+            a[: min(size, len(SPECIAL))] = SPECIAL[: min(size, len(SPECIAL))]
+        return a, b
+    return make()
+
+
+@pytest.mark.parametrize("fn", EWISE)
+@given_settings
+@given(st.integers(0, 40).flatmap(_pair))
+def test_ewise_binary(backend, ref, fn, ab):
+    a, b = ab
+    got, want = both(backend, ref, fn, [a, b], a.size)
+    close(got, want)
+
+
+@pytest.mark.parametrize("fn", SCALAR)
+@given_settings
+@given(st.integers(0, 40).flatmap(lambda n: float_arrays(n, -1e3, 1e3)),
+       st.floats(-100, 100, width=32) | st.sampled_from([0.0, -0.0, 1.0, np.inf, np.nan]) | st.integers(-3, 3))
+def test_scalar_ops(backend, ref, fn, a, val):
+    if a.size:
+        a[0] = val  # a tie for eq/ge
+    got, want = both(backend, ref, fn, [a], a.size, scalar=val)
+    close(got, want)
+
+
+@given_settings
+@given(st.integers(0, 40).flatmap(lambda n: float_arrays(n, -20.0, 20.0)),
+       st.sampled_from([0, 1, 2, 3, -1, -2, 0.5, 1.5, 2.5, -0.5, 2.0]))
+def test_scalar_power(backend, ref, a, val):
+    got, want = both(backend, ref, "scalar_power", [a], a.size, scalar=val)
+    close(got, want, rtol=2e-6)
+
+
+@pytest.mark.parametrize("fn", UNARY)
+@given_settings
+@given(st.integers(0, 60).flatmap(lambda n: float_arrays(n, -100.0, 100.0)), st.booleans())
+def test_unary(backend, ref, fn, a, special):
+    if special:
+        a = np.concatenate([a, SPECIAL, np.abs(a) * 1e-3])
+    got, want = both(backend, ref, fn, [a], a.size)
+    # float32 exp/log/tanh differ between libraries by an ulp or two
+    close(got, want, rtol=4e-7 * 8, atol=1e-37)
+
+
+@pytest.mark.parametrize("fn", EWISE + SCALAR + UNARY + ["scalar_power"])
+@pytest.mark.parametrize("size", [65536 * 3 + 13, 1 << 20])
+def test_elementwise_large(backend, ref, fn, size):
+    rng = np.random.default_rng(size)
+    a = (rng.standard_normal(size) * 3).astype(np.float32)
+    if fn == "ewise_log":
+        a = np.abs(a)
+    inputs = [a, np.where(rng.random(size) < 0.3, a, rng.standard_normal(size)).astype(np.float32)]
+    if fn.startswith("scalar"):
+        got, want = both(backend, ref, fn, inputs[:1], size, scalar=2.0 if fn == "scalar_power" else 0.25)
+    elif fn in UNARY:
+        got, want = both(backend, ref, fn, inputs[:1], size)
+    else:
+        got, want = both(backend, ref, fn, inputs, size)
+    close(got, want, rtol=4e-7 * 8)
+
+
+def test_elementwise_in_place(backend):
+    """out may be one of the inputs, as NDArray's in-place updates do."""
+    x = np.random.default_rng(1).standard_normal(100003).astype(np.float32)
+    a = put(backend, x)
+    backend.ewise_add(a, a, a)
+    backend.scalar_mul(a, 0.5, a)
+    backend.ewise_exp(a, a)
+    close(get(backend, a), np.exp(x), rtol=4e-6)
+
+
+# ---------------------------------------------------------------- matmul
+
+def _mats(rng, *shapes):
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _mm_tol(n):
+    return dict(rtol=1e-4, atol=1e-5 * max(1, n) ** 0.5)
+
+
+@given_settings
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_matmul(backend, ref, m, n, p, seed):
+    a, b = _mats(np.random.default_rng(seed), (m, n), (n, p))
+    got, want = both(backend, ref, "matmul", [a, b], m * p, m, n, p)
+    close(got, want, **_mm_tol(n))
+
+
+@pytest.mark.parametrize("m, n, p", [(1, 1000, 1), (1000, 1, 700), (67, 300, 129), (200, 513, 257),
+                                     (513, 64, 2049), (7, 4100, 33)])
+def test_matmul_large(backend, ref, m, n, p):
+    a, b = _mats(np.random.default_rng(m), (m, n), (n, p))
+    got, want = both(backend, ref, "matmul", [a, b], m * p, m, n, p)
+    close(got, want, **_mm_tol(n))
+
+
+@given_settings
+@given(st.integers(0, 5), st.integers(0, 20), st.integers(0, 20), st.integers(0, 20), st.integers(0, 2**32 - 1))
+def test_matmul_batched(backend, ref, batch, m, n, p, seed):
+    a, b = _mats(np.random.default_rng(seed), (batch, m, n), (batch, n, p))
+    got, want = both(backend, ref, "matmul_batched", [a, b], batch * m * p, batch, m, n, p)
+    close(got, want, **_mm_tol(n))
+
+
+@pytest.mark.parametrize("batch, m, n, p", [(64, 17, 33, 9), (3, 150, 200, 170)])
+def test_matmul_batched_large(backend, ref, batch, m, n, p):
+    a, b = _mats(np.random.default_rng(batch), (batch, m, n), (batch, n, p))
+    got, want = both(backend, ref, "matmul_batched", [a, b], batch * m * p, batch, m, n, p)
+    close(got, want, **_mm_tol(n))
+
+
+@given_settings
+@given(st.integers(0, 5), st.integers(0, 5), st.integers(0, 5), st.integers(0, 2**32 - 1))
+def test_matmul_tiled(backend, ref, mt, nt, pt, seed):
+    t = ref.__tile_size__
+    m, n, p = mt * t, nt * t, pt * t
+    a, b = _mats(np.random.default_rng(seed), (m * n,), (n * p,))
+    got, want = both(backend, ref, "matmul_tiled", [a, b], m * p, m, n, p)
+    close(got, want, **_mm_tol(n))
+
+
+# ---------------------------------------------------------------- reductions
+
+@pytest.mark.parametrize("fn", ["reduce_sum", "reduce_max"])
+@given_settings
+@given(st.integers(0, 12), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_reduce(backend, ref, fn, nout, rs, seed):
+    a = (np.random.default_rng(seed).standard_normal(nout * rs) * 10).astype(np.float32)
+    got, want = both(backend, ref, fn, [a], nout, rs)
+    close(got, want, rtol=1e-5, atol=1e-5 * rs ** 0.5)
+
+
+@pytest.mark.parametrize("fn", ["reduce_sum_axis", "reduce_max_axis"])
+@given_settings
+@given(st.integers(0, 6), st.integers(1, 12), st.integers(0, 12), st.integers(0, 2**32 - 1))
+def test_reduce_axis(backend, ref, fn, outer, rs, inner, seed):
+    a = (np.random.default_rng(seed).standard_normal(outer * rs * inner) * 10).astype(np.float32)
+    got, want = both(backend, ref, fn, [a], outer * inner, outer, rs, inner)
+    close(got, want, rtol=1e-5, atol=1e-5 * rs ** 0.5)
+
+
+@pytest.mark.parametrize("fn", ["reduce_sum", "reduce_max"])
+@pytest.mark.parametrize("nout, rs", [(1, 1 << 21), (3, 300007), (5000, 129), (200000, 3)])
+def test_reduce_large(backend, ref, fn, nout, rs):
+    a = np.random.default_rng(rs).random(nout * rs).astype(np.float32)
+    got, want = both(backend, ref, fn, [a], nout, rs)
+    close(got, want, rtol=2e-5)
+
+
+@pytest.mark.parametrize("fn", ["reduce_sum_axis", "reduce_max_axis"])
+@pytest.mark.parametrize("outer, rs, inner", [(1, 2000, 3000), (3, 700, 1100), (5000, 7, 9), (2, 100000, 2)])
+def test_reduce_axis_large(backend, ref, fn, outer, rs, inner):
+    a = np.random.default_rng(rs).random(outer * rs * inner).astype(np.float32)
+    got, want = both(backend, ref, fn, [a], outer * inner, outer, rs, inner)
+    close(got, want, rtol=2e-5)
+
+
+def test_reductions_propagate_nan(backend, ref):
+    a = np.arange(64, dtype=np.float32)
+    a[37] = np.nan
+    for fn, args in [("reduce_sum", (16,)), ("reduce_max", (16,)), ("reduce_sum_axis", (2, 8, 4)),
+                     ("reduce_max_axis", (2, 8, 4))]:
+        size = 64 // args[0] if len(args) == 1 else args[0] * args[2]
+        got, want = both(backend, ref, fn, [a], size, *args)
+        close(got, want)

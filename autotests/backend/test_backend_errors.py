@@ -1,0 +1,179 @@
+"""Bad arguments raise ValueError naming the mistake, on every backend, never a crash.
+
+Where the reference backend rejects the same call, the message must be the
+same too (the native backends reuse its ``check_*`` helpers).
+"""
+import numpy as np
+import pytest
+from backend_cases import put
+
+
+def raises_like_reference(backend, ref, fn, make_args):
+    """Call fn on both modules with arguments built per module; both must raise the same ValueError."""
+    messages = []
+    for module in (backend, ref):
+        with pytest.raises(ValueError) as info:
+            getattr(module, fn)(*make_args(module))
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    return messages[0]
+
+
+def arrays(module, *sizes):
+    return [module.Array(n) for n in sizes]
+
+
+# ---------------------------------------------------------------- sizes
+
+@pytest.mark.parametrize("size", [-1, -100])
+def test_negative_array_size(backend, size):
+    with pytest.raises(ValueError, match="size"):
+        backend.Array(size)
+
+
+@pytest.mark.parametrize("size", ["ten", None, [3]])
+def test_non_integer_array_size(backend, size):
+    with pytest.raises(ValueError):
+        backend.Array(size)
+
+
+@pytest.mark.parametrize("fn", ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"])
+@pytest.mark.parametrize("sizes", [(3, 4, 4), (4, 3, 4), (4, 4, 3)])
+def test_ewise_size_mismatch(backend, ref, fn, sizes):
+    msg = raises_like_reference(backend, ref, fn, lambda m: arrays(m, *sizes))
+    assert "sizes differ" in msg
+
+
+@pytest.mark.parametrize("fn", ["scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum",
+                                "scalar_eq", "scalar_ge"])
+def test_scalar_size_mismatch(backend, ref, fn):
+    raises_like_reference(backend, ref, fn, lambda m: [m.Array(5), 1.0, m.Array(6)])
+
+
+@pytest.mark.parametrize("fn", ["ewise_log", "ewise_exp", "ewise_tanh"])
+def test_unary_size_mismatch(backend, ref, fn):
+    raises_like_reference(backend, ref, fn, lambda m: arrays(m, 7, 8))
+
+
+def test_from_numpy_size_mismatch(backend, ref):
+    msg = raises_like_reference(backend, ref, "from_numpy", lambda m: [np.zeros((2, 3)), m.Array(5)])
+    assert "out" in msg
+
+
+@pytest.mark.parametrize(
+    "m, n, p, sizes",
+    [(2, 3, 4, (6, 12, 7)), (2, 3, 4, (5, 12, 8)), (2, 3, 4, (6, 11, 8)), (3, 3, 3, (9, 9, 8))],
+)
+def test_matmul_size_mismatch(backend, ref, m, n, p, sizes):
+    raises_like_reference(backend, ref, "matmul", lambda mod: arrays(mod, *sizes) + [m, n, p])
+
+
+@pytest.mark.parametrize("m, n, p", [(-2, -2, 1), (2, -1, -2), (-1, 1, -1)])
+def test_matmul_negative_dims(backend, m, n, p):
+    # products of negative dims can match the buffer sizes; they must still be refused
+    a, b, out = arrays(backend, abs(m * n), abs(n * p), abs(m * p))
+    with pytest.raises(ValueError):
+        backend.matmul(a, b, out, m, n, p)
+
+
+def test_matmul_batched_size_mismatch(backend, ref):
+    raises_like_reference(backend, ref, "matmul_batched", lambda m: arrays(m, 2 * 6, 2 * 12, 2 * 8 - 1) + [2, 2, 3, 4])
+
+
+def test_matmul_tiled_needs_tile_multiples(backend, ref):
+    msg = raises_like_reference(backend, ref, "matmul_tiled", lambda m: arrays(m, 12 * 8, 8 * 8, 12 * 8) + [12, 8, 8])
+    assert "tile" in msg
+    raises_like_reference(backend, ref, "matmul_tiled", lambda m: arrays(m, 64, 64, 63) + [8, 8, 8])
+
+
+@pytest.mark.parametrize("fn", ["reduce_sum", "reduce_max"])
+@pytest.mark.parametrize("a_size, out_size, rs", [(10, 3, 3), (10, 2, 0), (10, 5, -2)])
+def test_reduce_bad_sizes(backend, ref, fn, a_size, out_size, rs):
+    raises_like_reference(backend, ref, fn, lambda m: arrays(m, a_size, out_size) + [rs])
+
+
+@pytest.mark.parametrize("fn", ["reduce_sum_axis", "reduce_max_axis"])
+@pytest.mark.parametrize("a_size, out_size, dims", [(24, 8, (2, 3, 4)), (24, 6, (2, 3, 4)), (24, 8, (-2, 3, -4)),
+                                                    (0, 0, (2, 0, 4))])
+def test_reduce_axis_bad_sizes(backend, ref, fn, a_size, out_size, dims):
+    if a_size == 24 and out_size == 8 and dims == (2, 3, 4):
+        a_size = 25
+    raises_like_reference(backend, ref, fn, lambda m: arrays(m, a_size, out_size) + list(dims))
+
+
+# ---------------------------------------------------------------- views
+
+BAD_VIEWS = [
+    ((3, 4), (4, 1), 1),        # reaches element 12 of a buffer of 12
+    ((3, 4), (4, 1), -1),       # negative offset
+    ((3, 4), (-4, 1), 0),       # negative stride below the buffer's start
+    ((2, 2), (1,), 0),          # shape and strides of different lengths
+    ((-1, 4), (4, 1), 0),       # negative dimension
+    ((13,), (1,), 0),
+    ((2, 100), (0, 1), 0),
+]
+
+
+@pytest.mark.parametrize("shape, strides, offset", BAD_VIEWS)
+def test_compact_bad_view(backend, ref, shape, strides, offset):
+    n = max(0, int(np.prod(shape)))
+    raises_like_reference(backend, ref, "compact", lambda m: [m.Array(12), m.Array(n), shape, strides, offset])
+
+
+@pytest.mark.parametrize("shape, strides, offset", BAD_VIEWS)
+def test_to_numpy_bad_view(backend, ref, shape, strides, offset):
+    raises_like_reference(backend, ref, "to_numpy", lambda m: [m.Array(12), shape, strides, offset])
+
+
+@pytest.mark.parametrize("shape, strides, offset", BAD_VIEWS)
+def test_setitem_bad_view(backend, ref, shape, strides, offset):
+    n = max(0, int(np.prod(shape)))
+    raises_like_reference(backend, ref, "ewise_setitem", lambda m: [m.Array(n), m.Array(12), shape, strides, offset])
+    raises_like_reference(backend, ref, "scalar_setitem", lambda m: [n, 1.0, m.Array(12), shape, strides, offset])
+
+
+def test_compact_out_size(backend, ref):
+    raises_like_reference(backend, ref, "compact", lambda m: [m.Array(12), m.Array(11), (3, 4), (4, 1), 0])
+
+
+def test_setitem_sizes(backend, ref):
+    raises_like_reference(backend, ref, "ewise_setitem", lambda m: [m.Array(5), m.Array(12), (2, 3), (3, 1), 0])
+    raises_like_reference(backend, ref, "scalar_setitem", lambda m: [5, 1.0, m.Array(12), (2, 3), (3, 1), 0])
+
+
+@pytest.mark.parametrize("shape, strides", [((2.5, 2), (2, 1)), (("a", 2), (2, 1)), ((2, 2), (None, 1)), (3, 1)])
+def test_non_integer_views(backend, shape, strides):
+    with pytest.raises(ValueError):
+        backend.compact(backend.Array(12), backend.Array(4), shape, strides, 0)
+
+
+def test_too_many_dimensions_is_an_error_not_a_crash(cpu):
+    shape = (1,) * 65
+    with pytest.raises(ValueError, match="dimensions"):
+        cpu.compact(cpu.Array(1), cpu.Array(1), shape, (1,) * 65, 0)
+
+
+# ---------------------------------------------------------------- scalars and types
+
+@pytest.mark.parametrize("val", ["x", None, [1.0], object()])
+@pytest.mark.parametrize("fn", ["scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum",
+                                "scalar_eq", "scalar_ge"])
+def test_non_numeric_scalar(backend, ref, fn, val):
+    msg = raises_like_reference(backend, ref, fn, lambda m: [m.Array(3), val, m.Array(3)])
+    assert "scalar" in msg
+
+
+@pytest.mark.parametrize("val", ["x", None])
+def test_non_numeric_fill_and_setitem(backend, ref, val):
+    raises_like_reference(backend, ref, "fill", lambda m: [m.Array(3), val])
+    raises_like_reference(backend, ref, "scalar_setitem", lambda m: [3, val, m.Array(3), (3,), (1,), 0])
+
+
+@pytest.mark.parametrize("bad", [None, np.zeros(4, np.float32), [0.0] * 4])
+def test_wrong_array_type(cpu, bad):
+    a = put(cpu, np.zeros(4))
+    for call in (lambda: cpu.ewise_add(bad, a, a), lambda: cpu.ewise_add(a, a, bad),
+                 lambda: cpu.compact(bad, a, (4,), (1,), 0), lambda: cpu.matmul(a, bad, a, 2, 2, 2),
+                 lambda: cpu.reduce_sum(bad, a, 1), lambda: cpu.to_numpy(bad, (4,), (1,), 0)):
+        with pytest.raises(ValueError, match="Array"):
+            call()

@@ -1,0 +1,438 @@
+"""The CUDA backend's kernels against the numpy reference, at launch-shape edge cases.
+
+Every test runs twice:
+
+* ``gpu``: the real backend on a CUDA device (marked ``gpu``, skipped
+  without one);
+* ``host``: the same module and the same ``.cu`` sources on the CPU. A small
+  stand-in for cupy compiles each source with g++ behind a header that
+  defines the CUDA built-ins (one OS thread per CUDA thread, ``std::barrier``
+  for ``__syncthreads`` and warp shuffles, blocks one after another), and
+  passes kernel arguments as cuLaunchKernel does. Buffers carry NaN guard
+  zones checked after every launch, so an out-of-bounds write fails the
+  test. This checks index arithmetic, bounds checks, grid-stride loops and
+  argument packing on machines without a GPU; it cannot check timing,
+  occupancy or memory-model races.
+
+The grid is capped at a few blocks (``MAX_BLOCKS``) so that every kernel's
+grid-stride loops run more than once.
+"""
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from needle_kernels.backend_ndarray import ndarray_backend_cuda as cu
+from needle_kernels.backend_ndarray import ndarray_backend_numpy as ref
+
+GXX = shutil.which("g++")
+
+# ---------------------------------------------------------------- host stand-in for cupy
+
+_HOST_PRELUDE = r"""
+#include <barrier>
+#include <cstring>
+#include <math.h>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+struct nk_dim3 { unsigned x = 1, y = 1, z = 1; };
+static thread_local nk_dim3 threadIdx;
+static nk_dim3 blockIdx, blockDim, gridDim;
+static std::barrier<>* nk_block_barrier;
+static std::vector<std::barrier<>*> nk_warp_barriers;
+static float nk_shuffle[32][32];
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static  // blocks run one at a time, so one copy per kernel
+
+inline void __syncthreads() { nk_block_barrier->arrive_and_wait(); }
+
+inline float __int_as_float(unsigned bits) { float f; std::memcpy(&f, &bits, 4); return f; }
+
+inline float __shfl_down_sync(unsigned, float v, int delta) {
+    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned warp = t / 32, lane = t % 32;
+    nk_shuffle[warp][lane] = v;
+    nk_warp_barriers[warp]->arrive_and_wait();
+    const float r = lane + delta < 32 ? nk_shuffle[warp][lane + delta] : v;
+    nk_warp_barriers[warp]->arrive_and_wait();
+    return r;
+}
+"""
+
+_HOST_LAUNCHER = r"""
+template <class... Args, std::size_t... I>
+static void nk_call(void (*kernel)(Args...), void** params, std::index_sequence<I...>) {
+    kernel(*static_cast<std::remove_cv_t<std::remove_reference_t<Args>>*>(params[I])...);
+}
+
+template <class... Args>
+static void nk_launch(void (*kernel)(Args...), const unsigned* g, const unsigned* b, void** params) {
+    gridDim = {g[0], g[1], g[2]};
+    blockDim = {b[0], b[1], b[2]};
+    const unsigned n = b[0] * b[1] * b[2];
+    std::barrier<> block_barrier(n);
+    nk_block_barrier = &block_barrier;
+    std::vector<std::barrier<>*> warps;
+    for (unsigned w = 0; w * 32 < n; ++w) warps.push_back(new std::barrier<>(n - w * 32 < 32 ? n - w * 32 : 32));
+    nk_warp_barriers = warps;
+    for (unsigned z = 0; z < g[2]; ++z)
+        for (unsigned y = 0; y < g[1]; ++y)
+            for (unsigned x = 0; x < g[0]; ++x) {
+                blockIdx = {x, y, z};
+                std::vector<std::thread> threads;
+                for (unsigned t = 0; t < n; ++t)
+                    threads.emplace_back([=] {
+                        threadIdx = {t % b[0], (t / b[0]) % b[1], t / (b[0] * b[1])};
+                        nk_call(kernel, params, std::index_sequence_for<Args...>{});
+                    });
+                for (auto& th : threads) th.join();
+            }
+    for (auto* w : warps) delete w;
+}
+"""
+
+_GUARD = 64  # NaN elements before and after every buffer
+
+
+class _HostMemory:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class _HostArray:
+    """A float32 'device' buffer: numpy memory between two NaN guard zones."""
+
+    def __init__(self, size):
+        self.size = int(size)
+        self._raw = np.full(self.size + 2 * _GUARD, np.nan, dtype=np.float32)
+        self.data = _HostMemory(self._raw.ctypes.data + 4 * _GUARD)
+
+    def get(self):
+        return self._raw[_GUARD:_GUARD + self.size].copy()
+
+    def set(self, arr):
+        assert arr.dtype == np.float32 and arr.size == self.size
+        self._raw[_GUARD:_GUARD + self.size] = arr
+
+    def check_guards(self, kernel):
+        guards = np.concatenate([self._raw[:_GUARD], self._raw[_GUARD + self.size:]])
+        assert np.isnan(guards).all(), f"{kernel} wrote outside a buffer of {self.size} elements"
+
+
+class _HostKernel:
+    def __init__(self, lib, name):
+        self.name = name
+        self._fn = getattr(lib, f"nk_launch_{name}")
+        self._fn.restype = None
+        self._fn.argtypes = [ctypes.POINTER(ctypes.c_uint)] * 2 + [ctypes.POINTER(ctypes.c_void_p)]
+
+    def __call__(self, grid, block, args):
+        grid, block = tuple(grid), tuple(block)
+        assert len(grid) == 3 and len(block) == 3 and min(grid + block) >= 1, (grid, block)
+        assert block[0] * block[1] * block[2] <= 1024 and block[2] <= 64, f"{self.name}: block {block}"
+        assert grid[0] < 2 ** 31 and grid[1] <= 65535 and grid[2] <= 65535, f"{self.name}: grid {grid}"
+        keep, pointers, arrays = [], [], []
+        for a in args:  # what cupy does: each argument's bytes, by address
+            if isinstance(a, _HostArray):
+                cell = np.array([a.data.ptr], dtype=np.uint64)
+                arrays.append(a)
+            elif isinstance(a, np.ndarray):
+                assert a.size == 1, "cupy passes only one-element numpy arrays by value"
+                cell = a
+            elif isinstance(a, (np.float32, np.int64)):
+                cell = np.array([a])
+            else:
+                raise TypeError(f"{self.name}: argument of type {type(a).__name__} is not passed explicitly typed")
+            keep.append(cell)
+            pointers.append(cell.ctypes.data)
+        params = (ctypes.c_void_p * len(pointers))(*pointers)
+        self._fn((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), params)
+        for a in arrays:
+            a.check_guards(self.name)
+
+
+class _HostModule:
+    _cache = {}
+
+    def __init__(self, code, options, build_dir):
+        kernels = re.findall(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(', code)
+        defines = [o for o in options if o.startswith("-D")]
+        launchers = "".join(
+            f'extern "C" void nk_launch_{k}(const unsigned* g, const unsigned* b, void** p) '
+            f"{{ nk_launch({k}, g, b, p); }}\n" for k in kernels
+        )
+        text = _HOST_PRELUDE + code + _HOST_LAUNCHER + launchers
+        key = hashlib.sha256((text + " ".join(defines)).encode()).hexdigest()[:16]
+        if key not in self._cache:
+            src = os.path.join(build_dir, f"kernels_{key}.cpp")
+            lib = os.path.join(build_dir, f"kernels_{key}.so")
+            with open(src, "w") as f:
+                f.write(text)
+            cmd = [GXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", *defines, src, "-o", lib]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+            self._cache[key] = ctypes.CDLL(lib)
+        self._lib = self._cache[key]
+
+    def get_function(self, name):
+        return _HostKernel(self._lib, name)
+
+
+def _host_cupy(build_dir):
+    """A module with the parts of cupy the backend uses, running kernels on the CPU."""
+    fake = types.ModuleType("cupy")
+    fake.empty = lambda size, dtype: _HostArray(size)
+    fake.RawModule = lambda code, options=(): _HostModule(code, options, build_dir)
+    stream = types.SimpleNamespace(synchronize=lambda: None)
+    fake.cuda = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+        get_current_stream=lambda: stream,
+    )
+    return fake
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def host_build_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cuda_host"))
+
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "host"])
+def be(request, monkeypatch, host_build_dir):
+    """The CUDA backend module, on the GPU or on the host stand-in."""
+    monkeypatch.setattr(cu, "MAX_BLOCKS", 3)
+    if request.param == "gpu":
+        if not cu.is_available():
+            pytest.skip(f"no GPU: {cu.unavailable_reason()}")
+        yield cu
+        return
+    if GXX is None:
+        pytest.skip("g++ is not installed")
+    monkeypatch.setitem(sys.modules, "cupy", _host_cupy(host_build_dir))
+    monkeypatch.setattr(cu, "_availability", (True, ""))
+    monkeypatch.setattr(cu, "_modules", {})
+    monkeypatch.setattr(cu, "_functions", {})
+    yield cu
+
+
+def _put(be, values):
+    values = np.asarray(values, dtype=np.float32).ravel()
+    arr = be.Array(values.size)
+    be.from_numpy(values, arr)
+    return arr
+
+
+def _get(be, arr):
+    return be.to_numpy(arr, (arr.size,), (1,), 0)
+
+
+def _ref(values):
+    values = np.asarray(values, dtype=np.float32).ravel()
+    arr = ref.Array(values.size)
+    ref.from_numpy(values, arr)
+    return arr
+
+
+rng = np.random.default_rng(0)
+
+
+# ---------------------------------------------------------------- element-wise
+
+EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
+SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge"]
+UNARY = ["ewise_log", "ewise_exp", "ewise_tanh"]
+
+
+@pytest.mark.parametrize("size", [1, 255, 257, 1000])
+def test_elementwise_matches_reference(be, size):
+    x = rng.standard_normal(size).astype(np.float32)
+    y = rng.standard_normal(size).astype(np.float32)
+    y[::3] = x[::3]  # equal pairs for eq/ge
+    pos = np.abs(x) + 0.1
+    for name in EWISE:
+        out, expect = be.Array(size), ref.Array(size)
+        getattr(be, name)(_put(be, x), _put(be, y), out)
+        getattr(ref, name)(_ref(x), _ref(y), expect)
+        np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-6, err_msg=name)
+    for name in SCALAR:
+        src = pos if name == "scalar_power" else x
+        out, expect = be.Array(size), ref.Array(size)
+        getattr(be, name)(_put(be, src), 0.5, out)
+        getattr(ref, name)(_ref(src), 0.5, expect)
+        np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-6, err_msg=name)
+    for name in UNARY:
+        src = pos if name == "ewise_log" else x
+        out, expect = be.Array(size), ref.Array(size)
+        getattr(be, name)(_put(be, src), out)
+        getattr(ref, name)(_ref(src), expect)
+        np.testing.assert_allclose(_get(be, out), expect.array, rtol=2e-6, atol=1e-7, err_msg=name)
+
+
+def test_elementwise_in_place_and_nan(be):
+    a = _put(be, [1.0, np.nan, -2.0, 3.0])
+    be.ewise_add(a, a, a)  # output aliasing the inputs
+    np.testing.assert_array_equal(_get(be, a), [2.0, np.nan, -4.0, 6.0])
+    out = be.Array(4)
+    be.ewise_maximum(a, _put(be, [np.nan, 0.0, 0.0, 0.0]), out)
+    np.testing.assert_array_equal(_get(be, out), [np.nan, np.nan, 0.0, 6.0])
+    be.scalar_power(_put(be, [-2.0, 2.0, 0.0, 4.0]), 2.0, out)
+    np.testing.assert_array_equal(_get(be, out), [4.0, 4.0, 0.0, 16.0])
+
+
+def test_fill_and_grid_stride(be, monkeypatch):
+    monkeypatch.setattr(cu, "MAX_BLOCKS", 1)
+    out = be.Array(3 * cu.THREADS + 5)  # one block walks the array four times
+    be.fill(out, 2.5)
+    np.testing.assert_array_equal(_get(be, out), 2.5)
+    assert be.last_launch() == f"grid=(1,1,1) block=({cu.THREADS},1,1)"
+    be.fill(be.Array(0), 1.0)  # nothing to launch
+
+
+# ---------------------------------------------------------------- strided copies
+
+def _random_view(shape, rng):
+    """A view of a larger buffer with mixed-sign strides, one zero stride and an offset."""
+    ndim = len(shape)
+    strides, extent = [], 1
+    for k in reversed(range(ndim)):
+        strides.insert(0, extent * int(rng.choice([1, -1])))
+        extent *= shape[k] + int(rng.integers(0, 2))
+    if ndim > 1:
+        strides[int(rng.integers(0, ndim))] = 0  # a broadcast dimension
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    offset = -lo + int(rng.integers(0, 3))
+    hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    return tuple(strides), offset, hi + 1 + int(rng.integers(0, 3))
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 1, 4), (2, 3, 2, 3, 2, 1, 2, 3), (5, 33, 2)])
+def test_compact_and_setitem_match_reference(be, shape):
+    local = np.random.default_rng(len(shape))
+    strides, offset, buf = _random_view(shape, local)
+    data = local.standard_normal(buf).astype(np.float32)
+    n = ref.prod(shape)
+
+    out, expect = be.Array(n), ref.Array(n)
+    be.compact(_put(be, data), out, shape, strides, offset)
+    ref.compact(_ref(data), expect, shape, strides, offset)
+    np.testing.assert_array_equal(_get(be, out), expect.array)
+    np.testing.assert_array_equal(be.to_numpy(_put(be, data), shape, strides, offset),
+                                  ref.to_numpy(_ref(data), shape, strides, offset))
+
+    # ewise_setitem needs distinct positions: row-major, flipped on the first axis, shifted by one.
+    wstrides = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
+    woffset = 1
+    if shape:
+        woffset += (shape[0] - 1) * wstrides[0]
+        wstrides[0] = -wstrides[0]
+    src = local.standard_normal(n).astype(np.float32)
+    tdata = local.standard_normal(n + 2).astype(np.float32)
+    target, expect = _put(be, tdata), _ref(tdata)
+    be.ewise_setitem(_put(be, src), target, shape, tuple(wstrides), woffset)
+    ref.ewise_setitem(_ref(src), expect, shape, tuple(wstrides), woffset)
+    np.testing.assert_array_equal(_get(be, target), expect.array)
+
+    # scalar_setitem may repeat positions (the zero stride): every one gets the value.
+    target, expect = _put(be, data), _ref(data)
+    be.scalar_setitem(n, -7.0, target, shape, strides, offset)
+    ref.scalar_setitem(n, -7.0, expect, shape, strides, offset)
+    np.testing.assert_array_equal(_get(be, target), expect.array)
+
+
+def test_compact_rank_limit_and_bad_views(be):
+    a = _put(be, np.arange(1024))
+    shape, strides = (2,) * 9, tuple(2 ** k for k in range(9))  # nine dimensions that cannot merge
+    with pytest.raises(ValueError, match="at most 8"):
+        be.compact(a, be.Array(512), shape, strides, 0)
+    out = be.Array(512)
+    be.compact(a, out, shape, tuple(reversed(strides)), 0)  # row-major: merges to one dimension
+    np.testing.assert_array_equal(_get(be, out), np.arange(512))
+    with pytest.raises(ValueError, match="outside a buffer"):
+        be.compact(a, be.Array(4), (4,), (1,), 1021)
+    with pytest.raises(ValueError, match="out has 3 elements"):
+        be.compact(a, be.Array(3), (4,), (1,), 0)
+    with pytest.raises(ValueError, match="CUDA backend Array"):
+        be.compact(_ref(np.arange(4)), be.Array(4), (4,), (1,), 0)
+
+
+# ---------------------------------------------------------------- matmul
+
+@pytest.mark.parametrize("m,n,p", [(1, 1, 1), (1, 5, 1), (63, 65, 129), (64, 64, 64), (130, 7, 67), (3, 0, 4)])
+def test_matmul_matches_reference(be, m, n, p):
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    b = rng.standard_normal((n, p)).astype(np.float32)
+    out = be.Array(m * p)
+    be.matmul(_put(be, a), _put(be, b), out, m, n, p)
+    np.testing.assert_allclose(_get(be, out).reshape(m, p), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_batched_and_tiled(be):
+    batch, m, n, p = 5, 17, 33, 9  # more batches than the capped grid's z
+    a = rng.standard_normal((batch, m, n)).astype(np.float32)
+    b = rng.standard_normal((batch, n, p)).astype(np.float32)
+    out = be.Array(batch * m * p)
+    be.matmul_batched(_put(be, a), _put(be, b), out, batch, m, n, p)
+    np.testing.assert_allclose(_get(be, out).reshape(batch, m, p), a @ b, rtol=1e-4, atol=1e-4)
+
+    t = be.__tile_size__
+    m, n, p = 9 * t, 3 * t, 10 * t
+    a = rng.standard_normal(m * n).astype(np.float32)
+    b = rng.standard_normal(n * p).astype(np.float32)
+    out, expect = be.Array(m * p), ref.Array(m * p)
+    be.matmul_tiled(_put(be, a), _put(be, b), out, m, n, p)
+    ref.__tile_size__, saved = t, ref.__tile_size__
+    try:
+        ref.matmul_tiled(_ref(a), _ref(b), expect, m, n, p)
+    finally:
+        ref.__tile_size__ = saved
+    np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="multiples of the tile size"):
+        be.matmul_tiled(_put(be, a), _put(be, b), out, m + 1, n, p)
+    with pytest.raises(ValueError, match=r"b \(batch=1, n=24, p=80\) has"):
+        be.matmul(_put(be, a), _put(be, a), be.Array(m * p), m, n, p)
+
+
+# ---------------------------------------------------------------- reductions
+
+@pytest.mark.parametrize("n_out,r", [(1, 1), (5, 2), (4, 31), (3, 33), (2, 300), (7, 1025)])
+def test_reduce_rows(be, n_out, r):
+    x = rng.standard_normal(n_out * r).astype(np.float32)
+    for op in ("sum", "max"):
+        out = be.Array(n_out)
+        getattr(be, f"reduce_{op}")(_put(be, x), out, r)
+        expect = getattr(x.reshape(n_out, r), op)(axis=1)
+        np.testing.assert_allclose(_get(be, out), expect, rtol=1e-5, atol=1e-5, err_msg=op)
+
+
+@pytest.mark.parametrize("outer,r,inner", [(2, 3, 1), (3, 5, 7), (1, 1, 40), (2, 100, 33), (4, 9, 65), (0, 3, 5)])
+def test_reduce_axis(be, outer, r, inner):
+    x = rng.standard_normal(outer * r * inner).astype(np.float32)
+    for op in ("sum", "max"):
+        out = be.Array(outer * inner)
+        getattr(be, f"reduce_{op}_axis")(_put(be, x), out, outer, r, inner)
+        expect = getattr(x.reshape(outer, r, inner), op)(axis=1).ravel()
+        np.testing.assert_allclose(_get(be, out), expect, rtol=1e-5, atol=1e-5, err_msg=op)
+
+
+def test_reduce_max_nan_and_infinity(be):
+    x = np.array([-np.inf, -np.inf, 1.0, np.nan, 3.0, 2.0], dtype=np.float32)
+    out = be.Array(3)
+    be.reduce_max(_put(be, x), out, 2)
+    np.testing.assert_array_equal(_get(be, out), [-np.inf, np.nan, 3.0])
+    with pytest.raises(ValueError, match="reduce_size must be >= 1"):
+        be.reduce_sum(_put(be, x), out, 0)

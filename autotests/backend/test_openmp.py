@@ -1,0 +1,125 @@
+"""The Cython + OpenMP backend really runs in parallel, and only where it pays.
+
+``omp_threads_used()`` reports how many distinct OpenMP threads ran a chunk
+of the most recent kernel, so these tests see the threads, not just the
+results. Every matmul micro-kernel this CPU supports is checked as well.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from backend_cases import get, put
+
+
+def test_set_and_get_num_threads(cpu):
+    cpu.set_num_threads(1)
+    assert cpu.get_num_threads() == 1
+    cpu.set_num_threads(3)
+    assert cpu.get_num_threads() == 3
+
+
+@pytest.mark.parametrize("bad", [0, -2, "two", 1.5])
+def test_bad_num_threads(cpu, bad):
+    with pytest.raises(ValueError):
+        cpu.set_num_threads(bad)
+
+
+def test_default_follows_omp_num_threads():
+    code = ("import importlib; m = importlib.import_module('needle_kernels.backend_ndarray.ndarray_backend_cpu');"
+            "print(m.get_num_threads())")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, OMP_NUM_THREADS="3", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "3"
+
+
+def test_small_work_runs_on_one_thread(cpu):
+    cpu.set_num_threads(2)
+    assert cpu.num_threads_for(1000) == 1
+    assert cpu.num_threads_for(10**7) == 2
+    cpu.set_num_threads(1)
+    assert cpu.num_threads_for(10**7) == 1
+    cpu.set_num_threads(2)
+    a = put(cpu, np.ones(100))
+    cpu.ewise_add(a, a, a)
+    assert cpu.omp_threads_used() == 1
+
+
+def _kernels(cpu, n):
+    """Large calls of every kind of kernel, each with the work to split."""
+    x = put(cpu, np.random.default_rng(0).random(n * n))
+    out = cpu.Array(n * n)
+    small = cpu.Array(n)
+    one = cpu.Array(1)
+    return {
+        "fill": lambda: cpu.fill(out, 1.0),
+        "ewise_add": lambda: cpu.ewise_add(x, x, out),
+        "scalar_mul": lambda: cpu.scalar_mul(x, 2.0, out),
+        "ewise_exp": lambda: cpu.ewise_exp(x, out),
+        "compact (transpose)": lambda: cpu.compact(x, out, (n, n), (1, n), 0),
+        "compact (flip)": lambda: cpu.compact(x, out, (n, n), (-n, 1), n * n - n),
+        "ewise_setitem": lambda: cpu.ewise_setitem(x, out, (n, n), (1, n), 0),
+        "reduce_sum (rows)": lambda: cpu.reduce_sum(x, small, n),
+        "reduce_sum (all)": lambda: cpu.reduce_sum(x, one, n * n),
+        "reduce_max_axis (first)": lambda: cpu.reduce_max_axis(x, small, 1, n, n),
+        "matmul": lambda: cpu.matmul(x, x, out, n, n, n),
+        "matmul_batched": lambda: cpu.matmul_batched(x, x, out, 16, n // 4, n // 4, n // 4),
+        "matmul_tiled": lambda: cpu.matmul_tiled(x, x, out, n, n, n),
+    }
+
+
+@pytest.mark.parametrize("kernel", list(_kernels.__code__.co_consts[-1]) if False else [
+    "fill", "ewise_add", "scalar_mul", "ewise_exp", "compact (transpose)", "compact (flip)", "ewise_setitem",
+    "reduce_sum (rows)", "reduce_sum (all)", "reduce_max_axis (first)", "matmul", "matmul_batched",
+    "matmul_tiled"])
+def test_large_kernels_use_every_thread(cpu, kernel):
+    run = _kernels(cpu, 512)[kernel]
+    cpu.set_num_threads(2)
+    run()
+    assert cpu.omp_threads_used() == 2, kernel
+    cpu.set_num_threads(1)
+    run()
+    assert cpu.omp_threads_used() == 1, kernel
+
+
+def test_thread_count_does_not_change_results(cpu):
+    rng = np.random.default_rng(3)
+    n = 700
+    a = put(cpu, rng.standard_normal(n * n))
+    b = put(cpu, rng.standard_normal(n * n))
+    results = []
+    for threads in (1, 2, 3):
+        cpu.set_num_threads(threads)
+        out = cpu.Array(n * n)
+        s = cpu.Array(n)
+        cpu.matmul(a, b, out, n, n, n)
+        cpu.reduce_sum_axis(a, s, 1, n, n)
+        results.append((get(cpu, out), get(cpu, s)))
+    for got in results[1:]:
+        # the same blocks in the same order: the thread count does not change any rounding
+        np.testing.assert_array_equal(got[0], results[0][0])
+        np.testing.assert_array_equal(got[1], results[0][1])
+
+
+@pytest.mark.parametrize("m, n, p", [(5, 7, 3), (37, 300, 45), (260, 257, 130), (64, 1000, 64)])
+def test_every_gemm_kernel(cpu, m, n, p):
+    rng = np.random.default_rng(m)
+    a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
+    want = a @ b
+    assert cpu.gemm_kernels()[-1] == "generic"
+    for name in cpu.gemm_kernels():
+        cpu.set_gemm_kernel(name)
+        assert cpu.gemm_kernel()["name"] == name
+        for threads in (1, 2):
+            cpu.set_num_threads(threads)
+            out = cpu.Array(m * p)
+            cpu.matmul(put(cpu, a), put(cpu, b), out, m, n, p)
+            np.testing.assert_allclose(get(cpu, out).reshape(m, p), want, rtol=1e-4, atol=1e-4 * n**0.5)
+
+
+def test_unknown_gemm_kernel(cpu):
+    with pytest.raises(ValueError, match="unknown"):
+        cpu.set_gemm_kernel("sse9")

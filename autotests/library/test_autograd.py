@@ -1,0 +1,174 @@
+"""The autograd engine: graph, topological order, reverse mode, grad of grad, bookkeeping."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import needle_kernels as ndl
+from needle_kernels import autograd
+
+
+def T(x, device, requires_grad=True):
+    return ndl.Tensor(np.asarray(x, dtype=np.float32), device=device, requires_grad=requires_grad)
+
+
+def test_topological_order_inputs_first(device):
+    a, b = T([1.0], device), T([2.0], device)
+    c = a + b
+    d = c * a
+    e = d + c
+    order = autograd.find_topo_sort([e])
+    assert order == [a, b, c, d, e]
+
+
+def test_topological_sort_handles_deep_graphs(device):
+    x = T([1.0], device)
+    y = x
+    for _ in range(3000):  # deeper than Python's recursion limit
+        y = y + 1.0
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.0])
+
+
+def test_value_used_twice_accumulates(device):
+    x = T([1.0, 2.0, 3.0], device)
+    y = (x * x + x).sum()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([1, 2, 3]) + 1)
+
+
+def test_grad_of_grad(device):
+    x = T([0.5, -1.0, 2.0], device)
+    (x ** 3).sum().backward()
+    first = x.grad
+    np.testing.assert_allclose(first.numpy(), 3 * x.numpy() ** 2, rtol=1e-6)
+    first.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6 * x.numpy(), rtol=1e-6)
+
+
+def test_grad_of_grad_through_nonlinear_ops(device):
+    x = T([0.3, -0.7], device)
+    (ndl.tanh(x) * ndl.exp(x)).sum().backward()
+    g = x.grad
+    g.sum().backward()
+    xv = x.numpy().astype(np.float64)
+    t, e = np.tanh(xv), np.exp(xv)
+    # d/dx (tanh' e + tanh e) with tanh' = 1 - t^2, tanh'' = -2 t (1 - t^2)
+    expected = (-2 * t * (1 - t ** 2)) * e + 2 * (1 - t ** 2) * e + t * e
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-5)
+
+
+def test_gradients_are_tensors_with_a_graph(device):
+    x = T([1.0, 2.0], device)
+    (x * x).sum().backward()
+    assert isinstance(x.grad, ndl.Tensor)
+    assert x.grad.requires_grad and not x.grad.is_leaf()
+
+
+def test_no_graph_without_requires_grad(device):
+    x = T([1.0, 2.0], device, requires_grad=False)
+    y = ndl.exp(x) * 2.0
+    assert not y.requires_grad and y.is_leaf() and y.inputs == []
+    w = T([1.0, 1.0], device)
+    z = (y * w).sum()
+    z.backward()
+    assert x.grad is None and w.grad is not None
+
+
+def test_backward_of_non_scalar_needs_out_grad(device):
+    x = T([[1.0, 2.0], [3.0, 4.0]], device)
+    y = x * 2.0
+    with pytest.raises(RuntimeError, match=r"scalar.*\(2, 2\)"):
+        y.backward()
+    y.backward(T(np.ones((2, 2)), device, requires_grad=False))
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        y.backward(T(np.ones(3), device, requires_grad=False))
+
+
+def test_backward_of_one_element_tensor(device):
+    x = T([[3.0]], device)
+    (x * x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[6.0]])
+
+
+def test_tensor_counter_counts_live_tensors(device):
+    before = autograd.TENSOR_COUNTER
+    a = T([1.0], device)
+    b = a + 1.0
+    assert autograd.TENSOR_COUNTER == before + 2
+    del a, b
+    assert autograd.TENSOR_COUNTER == before
+
+
+def test_detach_and_data(device):
+    x = T([1.0, 2.0], device)
+    d = x.detach()
+    assert d.is_leaf() and not d.requires_grad
+    np.testing.assert_array_equal(d.numpy(), x.numpy())
+    y = x * 3.0
+    assert y.data.is_leaf() and not y.data.requires_grad
+    x.data = T([5.0, 6.0], device, requires_grad=False)
+    np.testing.assert_array_equal(x.numpy(), [5.0, 6.0])
+    assert x.requires_grad
+    with pytest.raises(TypeError):
+        x.data = np.zeros(2)
+
+
+def test_tensor_basics(device):
+    x = T(np.arange(6).reshape(2, 3), device)
+    assert x.shape == (2, 3) and x.dtype == "float32" and x.device == device
+    assert isinstance(x.numpy(), np.ndarray) and x.numpy().dtype == np.float32
+    y = ndl.Tensor(x)
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    assert "needle.Tensor(" in repr(x)
+    assert x.sum().shape == ()
+    assert x.reshape((3, 2)).shape == (3, 2) and x.transpose().shape == (3, 2)
+    assert x.broadcast_to((4, 2, 3)).shape == (4, 2, 3)
+    with pytest.raises(ValueError, match="float32"):
+        ndl.Tensor([1.0], device=device, dtype="float64")
+
+
+def test_tuple_values(device):
+    a, b = T([1.0], device), T([2.0, 3.0], device)
+    t = ndl.make_tuple(a, b)
+    assert isinstance(t, ndl.TensorTuple) and len(t) == 2
+    assert t[1].shape == (2,)
+    s = t + t
+    np.testing.assert_allclose(s[1].numpy(), [4.0, 6.0])
+    (s[0].sum() + s[1].sum()).backward()
+    np.testing.assert_allclose(b.grad.numpy(), [2.0, 2.0])
+
+
+def test_lazy_mode(device, monkeypatch):
+    monkeypatch.setattr(autograd, "LAZY_MODE", True)
+    x = T([1.0, 2.0], device)
+    y = x * 2.0
+    assert y.cached_data is None
+    np.testing.assert_allclose(y.numpy(), [2.0, 4.0])
+
+
+def _run(code, backend):
+    env = dict(os.environ, NEEDLE_BACKEND=backend)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_unknown_backend_is_a_clear_error():
+    result = _run("import needle_kernels", "torch")
+    assert result.returncode != 0 and "NEEDLE_BACKEND='torch'" in result.stderr
+
+
+def test_numpy_mode_runs_a_training_step():
+    code = (
+        "import numpy as np, needle_kernels as ndl\n"
+        "assert ndl.backend_selection.BACKEND == 'np'\n"
+        "m = ndl.nn.Linear(3, 2); x = ndl.Tensor(np.ones((4, 3)))\n"
+        "assert isinstance(x.cached_data, np.ndarray) and x.cached_data.dtype == np.float32\n"
+        "loss = ndl.nn.SoftmaxLoss()(m(x), ndl.Tensor([0, 1, 0, 1])); loss.backward()\n"
+        "ndl.optim.SGD(m.parameters(), lr=0.1).step(); print(str(ndl.cpu()), ndl.cuda().enabled())\n"
+    )
+    result = _run(code, "np")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["cpu()", "False"]

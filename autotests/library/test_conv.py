@@ -1,0 +1,172 @@
+"""Convolution (im2col), its transpose, and pooling: forward against numpy loops, gradients numerically."""
+import numpy as np
+import pytest
+
+import needle_kernels as ndl
+from op_checks import check_gradients, check_op, check_second_order, rand
+
+
+def np_conv(A, B, stride=1, padding=0):
+    """Reference NHWC convolution: a loop over kernel offsets, each a matrix product."""
+    A = np.pad(A, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    n, h, w, _ = A.shape
+    k = B.shape[0]
+    ho, wo = (h - k) // stride + 1, (w - k) // stride + 1
+    out = np.zeros((n, ho, wo, B.shape[3]))
+    for i in range(k):
+        for j in range(k):
+            out += A[:, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride, :] @ B[i, j]
+    return out
+
+
+def np_conv_transpose(x, B, stride, padding, output_padding=0):
+    """Reference: scatter every input pixel times its kernel (B is (K, K, C_out, C_in))."""
+    n, h, w, _ = x.shape
+    k = B.shape[0]
+    full = np.zeros((n, (h - 1) * stride + k, (w - 1) * stride + k, B.shape[2]))
+    for i in range(k):
+        for j in range(k):
+            full[:, i:i + stride * (h - 1) + 1:stride, j:j + stride * (w - 1) + 1:stride, :] += x @ B[i, j].T
+    oh = full.shape[1] - 2 * padding + output_padding
+    ow = full.shape[2] - 2 * padding + output_padding
+    full = np.pad(full, ((0, 0), (0, output_padding), (0, output_padding), (0, 0)))
+    return full[:, padding:padding + oh, padding:padding + ow, :]
+
+
+def np_pool(x, k, s, reduce):
+    n, c, h, w = x.shape
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    out = np.zeros((n, c, ho, wo))
+    for i in range(ho):
+        for j in range(wo):
+            out[:, :, i, j] = reduce(x[:, :, i * s:i * s + k, j * s:j * s + k], axis=(2, 3))
+    return out
+
+
+def distinct(*shape):
+    # well separated values: max pooling's argmax cannot move under the finite-difference step
+    return (np.random.permutation(int(np.prod(shape))).reshape(shape) * 0.1).astype(np.float32)
+
+
+@pytest.mark.parametrize("stride, padding", [(1, 0), (1, 1), (2, 1), (2, 0), (3, 2)])
+def test_conv(device, stride, padding):
+    check_op(lambda a, b: ndl.conv(a, b, stride=stride, padding=padding),
+             lambda a, b: np_conv(a, b, stride, padding),
+             rand(2, 6, 5, 3), rand(3, 3, 3, 2), device=device, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_1x1_and_large_kernel(device):
+    check_op(lambda a, b: ndl.conv(a, b, padding=0), lambda a, b: np_conv(a, b), rand(1, 3, 3, 4), rand(1, 1, 4, 2), device=device)
+    check_op(lambda a, b: ndl.conv(a, b, stride=2, padding=2), lambda a, b: np_conv(a, b, 2, 2),
+             rand(1, 7, 7, 2), rand(5, 5, 2, 3), device=device, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_default_padding_is_one(device):
+    a, b = rand(1, 4, 4, 2), rand(3, 3, 2, 2)
+    out = ndl.conv(ndl.Tensor(a, device=device), ndl.Tensor(b, device=device))
+    np.testing.assert_allclose(out.numpy(), np_conv(a, b, 1, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_on_a_transposed_view(device):
+    # the nn module feeds conv an NCHW->NHWC view: im2col must read its strides
+    x = rand(2, 3, 5, 5)
+    b = rand(3, 3, 3, 4)
+    check_op(lambda x, b: ndl.conv(ndl.transpose(x, (0, 2, 3, 1)), b, stride=2, padding=0),
+             lambda x, b: np_conv(x.transpose(0, 2, 3, 1), b, 2, 0), x, b, device=device, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_second_order(device):
+    # dA is linear in B and dB linear in A: differentiate each with respect to the other
+    conv = lambda a, b: ndl.conv(a, b, stride=2, padding=1)
+    check_second_order(conv, rand(1, 4, 4, 2), rand(3, 3, 2, 2), device=device, of=0, wrt=(1,))
+    check_second_order(conv, rand(1, 4, 4, 2), rand(3, 3, 2, 2), device=device, of=1, wrt=(0,))
+
+
+def test_im2col_col2im_are_adjoint(device):
+    x, g = rand(2, 5, 6, 3), rand(2, 2, 2, 3, 3, 3)
+    cols = ndl.im2col(ndl.Tensor(x, device=device), 3, 2).numpy()
+    back = ndl.col2im(ndl.Tensor(g, device=device), x.shape, 2).numpy()
+    # <im2col(x), g> == <x, col2im(g)>
+    np.testing.assert_allclose((cols * g).sum(), (x * back).sum(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("stride, padding, output_padding", [(1, 0, 0), (2, 1, 1), (2, 0, 0), (3, 1, 2)])
+def test_conv_transpose(device, stride, padding, output_padding):
+    check_op(lambda x, b: ndl.conv_transpose(x, b, stride, padding, output_padding),
+             lambda x, b: np_conv_transpose(x, b, stride, padding, output_padding),
+             rand(2, 3, 3, 2), rand(3, 3, 4, 2), device=device, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose_is_the_input_gradient_of_conv(device):
+    x, w = rand(1, 5, 5, 2), rand(3, 3, 2, 3)
+    xt = ndl.Tensor(x, device=device)
+    out = ndl.conv(xt, ndl.Tensor(w, device=device), stride=2, padding=1)
+    g = rand(*out.shape)
+    out.backward(ndl.Tensor(g, device=device))
+    via_transpose = ndl.conv_transpose(ndl.Tensor(g, device=device), ndl.Tensor(w.transpose(0, 1, 2, 3), device=device),
+                                       stride=2, padding=1, output_padding=0)
+    np.testing.assert_allclose(via_transpose.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("k, s", [(2, 2), (3, 1), (3, 2)])
+def test_max_pool2d(device, k, s):
+    check_op(lambda x: ndl.max_pool2d(x, k, s), lambda x: np_pool(x, k, s, np.max), distinct(2, 2, 5, 5), device=device)
+
+
+@pytest.mark.parametrize("k, s", [(2, 2), (3, 1), (3, 2)])
+def test_avg_pool2d(device, k, s):
+    check_op(lambda x: ndl.avg_pool2d(x, k, s), lambda x: np_pool(x, k, s, np.mean), rand(2, 2, 5, 5), device=device)
+
+
+def test_pool_padding(device):
+    x = distinct(1, 2, 4, 4)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    check_op(lambda t: ndl.max_pool2d(t, 3, 2, padding=1), lambda t: np_pool(padded, 3, 2, np.max), x, device=device)
+    zeros = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    check_op(lambda t: ndl.avg_pool2d(t, 3, 2, padding=1), lambda t: np_pool(zeros, 3, 2, np.mean), x, device=device)
+
+
+def test_conv_module_shapes_and_init(device):
+    conv = ndl.nn.Conv(3, 8, 3, stride=2, device=device)
+    assert conv.weight.shape == (3, 3, 3, 8) and conv.bias.shape == (8,)
+    bound = np.sqrt(2) * np.sqrt(3 / (3 * 3 * 3))
+    assert np.abs(conv.weight.numpy()).max() <= bound
+    assert np.abs(conv.bias.numpy()).max() <= 1 / np.sqrt(27)
+    out = conv(ndl.Tensor(rand(2, 3, 9, 9), device=device))
+    assert out.shape == (2, 8, 5, 5)
+
+
+def test_conv_module_matches_reference(device):
+    conv = ndl.nn.Conv(2, 3, 3, stride=1, device=device)
+    x = rand(2, 2, 5, 5)
+    out = conv(ndl.Tensor(x, device=device)).numpy()
+    expected = np_conv(x.transpose(0, 2, 3, 1), conv.weight.numpy(), 1, 1) + conv.bias.numpy()
+    np.testing.assert_allclose(out, expected.transpose(0, 3, 1, 2), rtol=1e-4, atol=1e-5)
+
+
+def test_conv_module_gradients(device):
+    conv = ndl.nn.Conv(2, 2, 3, stride=2, device=device)
+    check_gradients(lambda x, w, b: ndl.transpose(
+        ndl.conv(ndl.transpose(x, (0, 2, 3, 1)), w, stride=2, padding=1) + ndl.broadcast_to(ndl.reshape(b, (1, 1, 1, 2)), (1, 2, 2, 2)),
+        (0, 3, 1, 2)), rand(1, 2, 4, 4), conv.weight.numpy(), conv.bias.numpy(), device=device)
+
+
+def test_conv_module_channel_mismatch(device):
+    with pytest.raises(ValueError, match=r"\(2, 4, 5, 5\)"):
+        ndl.nn.Conv(3, 4, 3, device=device)(ndl.Tensor(rand(2, 4, 5, 5), device=device))
+
+
+def test_conv_transpose_module(device):
+    layer = ndl.nn.ConvTranspose(4, 2, 4, stride=2, padding=1, device=device)
+    assert layer.weight.shape == (4, 4, 2, 4)
+    x = rand(2, 4, 3, 3)
+    out = layer(ndl.Tensor(x, device=device))
+    assert out.shape == (2, 2, 6, 6)
+    expected = np_conv_transpose(x.transpose(0, 2, 3, 1), layer.weight.numpy(), 2, 1) + layer.bias.numpy()
+    np.testing.assert_allclose(out.numpy(), expected.transpose(0, 3, 1, 2), rtol=1e-4, atol=1e-5)
+
+
+def test_pool_modules(device):
+    x = ndl.Tensor(rand(1, 2, 4, 4), device=device)
+    assert ndl.nn.MaxPool2d(2)(x).shape == (1, 2, 2, 2)
+    np.testing.assert_allclose(ndl.nn.AvgPool2d(2)(x).numpy(), np_pool(x.numpy(), 2, 2, np.mean), rtol=1e-5)

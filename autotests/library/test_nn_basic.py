@@ -1,0 +1,176 @@
+"""nn modules: initialization as needle, forward against numpy, gradients numerically."""
+import math
+
+import numpy as np
+import pytest
+
+import needle_kernels as ndl
+from needle_kernels import nn
+from op_checks import check_gradients, rand
+
+
+def T(x, device, requires_grad=True):
+    return ndl.Tensor(np.asarray(x, dtype=np.float32), device=device, requires_grad=requires_grad)
+
+
+def test_linear_init_matches_needle(device):
+    np.random.seed(5)
+    bw = math.sqrt(2) * math.sqrt(3 / 4)
+    w = (np.random.rand(4, 3) * 2 * bw - bw).astype(np.float32)
+    bb = math.sqrt(2) * math.sqrt(3 / 3)
+    b = (np.random.rand(3, 1) * 2 * bb - bb).astype(np.float32).reshape(1, 3)
+    np.random.seed(5)
+    layer = nn.Linear(4, 3, device=device)
+    np.testing.assert_allclose(layer.weight.numpy(), w, rtol=1e-6)
+    np.testing.assert_allclose(layer.bias.numpy(), b, rtol=1e-6)
+    assert isinstance(layer.weight, nn.Parameter) and layer.weight.requires_grad
+    assert layer.parameters() == [layer.weight, layer.bias]
+
+
+def test_linear_forward(device):
+    layer = nn.Linear(4, 3, device=device)
+    x = rand(5, 4)
+    expected = x @ layer.weight.numpy() + layer.bias.numpy()
+    np.testing.assert_allclose(layer(T(x, device)).numpy(), expected, rtol=1e-5, atol=1e-6)
+    x3 = rand(2, 5, 4)
+    np.testing.assert_allclose(layer(T(x3, device)).numpy(), x3 @ layer.weight.numpy() + layer.bias.numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert nn.Linear(4, 3, bias=False, device=device).parameters()[0].shape == (4, 3)
+
+
+def test_linear_shape_error(device):
+    with pytest.raises(ValueError, match=r"\(5, 7\)"):
+        nn.Linear(4, 3, device=device)(T(rand(5, 7), device))
+
+
+def test_linear_gradients(device):
+    layer = nn.Linear(3, 2, device=device)
+    check_gradients(lambda x, w, b: x @ w + ndl.broadcast_to(b, (4, 2)), rand(4, 3), layer.weight.numpy(),
+                    layer.bias.numpy(), device=device)
+    x = T(rand(4, 3), device)
+    layer(x).sum().backward()
+    np.testing.assert_allclose(layer.bias.grad.numpy(), np.full((1, 2), 4.0))
+
+
+def test_activations_and_containers(device):
+    x = rand(3, 4)
+    t = T(x, device)
+    np.testing.assert_allclose(nn.ReLU()(t).numpy(), np.maximum(x, 0))
+    np.testing.assert_allclose(nn.Tanh()(t).numpy(), np.tanh(x), rtol=1e-6)
+    np.testing.assert_allclose(nn.Sigmoid()(t).numpy(), 1 / (1 + np.exp(-x)), rtol=1e-6)
+    np.testing.assert_array_equal(nn.Identity()(t).numpy(), x)
+    np.testing.assert_allclose(nn.Residual(nn.ReLU())(t).numpy(), np.maximum(x, 0) + x)
+    np.testing.assert_allclose(nn.Sequential(nn.ReLU(), nn.Tanh())(t).numpy(), np.tanh(np.maximum(x, 0)), rtol=1e-6)
+    assert nn.Flatten()(T(rand(2, 3, 4), device)).shape == (2, 12)
+
+
+def test_parameters_are_found_recursively_once(device):
+    shared = nn.Linear(2, 2, device=device)
+    model = nn.Sequential(shared, nn.ReLU(), nn.Residual(nn.Sequential(nn.Linear(2, 2, device=device))), shared)
+    params = model.parameters()
+    assert len(params) == 4 and len({id(p) for p in params}) == 4
+    model.eval()
+    assert not model.training and not shared.training and not model.modules[2].fn.training
+    model.train()
+    assert all(m.training for m in model._children())
+
+
+def test_softmax_loss(device):
+    z, y = rand(5, 4) * 3, np.array([0, 3, 1, 1, 2])
+    shifted = z - z.max(1, keepdims=True)
+    expected = np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(5), y])
+    loss = nn.SoftmaxLoss()(T(z, device), ndl.Tensor(y, device=device))
+    assert loss.shape == ()
+    np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-5)
+    check_gradients(lambda t: nn.SoftmaxLoss()(t, y), z, device=device)
+    with pytest.raises(ValueError, match=r"\(4,\)"):
+        nn.SoftmaxLoss()(T(z, device), np.array([0, 1, 2, 3]))
+
+
+def np_batchnorm(x, axes, w, b, eps=1e-5):
+    mean = x.mean(axis=axes, keepdims=True)
+    var = x.var(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def test_batchnorm1d(device):
+    bn = nn.BatchNorm1d(3, device=device)
+    bn.weight.data = T([1.0, 2.0, 0.5], device)
+    bn.bias.data = T([0.0, -1.0, 1.0], device)
+    x = rand(6, 3) * 2 + 1
+    out = bn(T(x, device))
+    np.testing.assert_allclose(out.numpy(), np_batchnorm(x, 0, [1, 2, 0.5], [0, -1, 1]), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * x.var(0), rtol=1e-5)
+    bn.eval()
+    expected = (x - bn.running_mean.numpy()) / np.sqrt(bn.running_var.numpy() + 1e-5) * [1, 2, 0.5] + [0, -1, 1]
+    np.testing.assert_allclose(bn(T(x, device)).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_batchnorm1d_gradients(device):
+    def f(x, w, b):
+        bn = nn.BatchNorm1d(3, device=device)
+        bn.weight, bn.bias = w, b
+        return bn(x)
+    check_gradients(f, rand(5, 3), rand(3) + 1, rand(3), device=device)
+
+
+def test_batchnorm2d(device):
+    bn = nn.BatchNorm2d(2, device=device)
+    x = rand(3, 2, 4, 4) * 3
+    out = bn(T(x, device))
+    np.testing.assert_allclose(out.numpy(), np_batchnorm(x, (0, 2, 3), 1, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x.mean((0, 2, 3)), rtol=1e-5, atol=1e-7)
+
+    def f(x, w, b):
+        m = nn.BatchNorm2d(2, device=device)
+        m.weight, m.bias = w, b
+        return m(x)
+    check_gradients(f, rand(2, 2, 2, 3), rand(2) + 1, rand(2), device=device)
+    with pytest.raises(ValueError, match=r"\(3, 3, 4, 4\)"):
+        bn(T(rand(3, 3, 4, 4), device))
+
+
+def test_layernorm1d(device):
+    ln = nn.LayerNorm1d(4, device=device)
+    x = rand(2, 3, 4) * 2
+    np.testing.assert_allclose(ln(T(x, device)).numpy(), np_batchnorm(x, -1, 1, 0), rtol=1e-4, atol=1e-4)
+
+    def f(x, w, b):
+        m = nn.LayerNorm1d(4, device=device)
+        m.weight, m.bias = w, b
+        return m(x)
+    check_gradients(f, rand(3, 4), rand(4) + 1, rand(4), device=device)
+
+
+def test_dropout(device):
+    x = np.ones((200, 50), dtype=np.float32)
+    drop = nn.Dropout(0.3)
+    np.random.seed(2)
+    out = drop(T(x, device)).numpy()
+    np.random.seed(2)
+    keep = np.random.rand(200, 50) <= 0.7
+    np.testing.assert_allclose(out, keep / 0.7, rtol=1e-6)
+    assert abs((out == 0).mean() - 0.3) < 0.02
+    drop.eval()
+    np.testing.assert_array_equal(drop(T(x, device)).numpy(), x)
+    with pytest.raises(ValueError):
+        nn.Dropout(1.0)
+
+
+def test_mlp_trains(device):
+    np.random.seed(0)
+    x = rand(64, 4)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+    model = nn.Sequential(nn.Linear(4, 16, device=device), nn.ReLU(), nn.BatchNorm1d(16, device=device),
+                          nn.Linear(16, 2, device=device))
+    opt = ndl.optim.Adam(model.parameters(), lr=0.05)
+    loss_fn = nn.SoftmaxLoss()
+    losses = []
+    for _ in range(30):
+        opt.reset_grad()
+        loss = loss_fn(model(T(x, device, requires_grad=False)), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.numpy()))
+    assert losses[-1] < 0.3 * losses[0]

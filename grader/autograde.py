@@ -1,0 +1,171 @@
+"""`grader autograde ASSIGNMENT -j N`: nbgrader's autograde, with executions in N sandboxes.
+
+nbgrader's pipeline runs three times over the collected submissions, all in this
+process and so with a single writer to the gradebook:
+
+1. plan: nbgrader sanitises every submission (restores tests, drops duplicated ids,
+   pins the kernel) and `StageForSandbox` queues each notebook whose execution is
+   not cached yet;
+2. execute: the queue runs in N parallel sandboxes, each result cached by content;
+3. grade: nbgrader runs for real; `SandboxedExecute` finds every execution cached,
+   and nbgrader scores, applies late penalties and writes the gradebook.
+
+Executions are keyed by content, so the results do not depend on N, a re-run only
+regrades, and a run killed at any point resumes where it stopped.
+"""
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import nbformat
+from nbgrader.converters import Autograde
+from nbgrader.coursedir import CourseDirectory
+from traitlets.config import Config
+
+from grader import GraderError, notes
+from grader.sandbox.confinement import choose
+from grader.sandbox.execute import STATE_DIR, ExecutionCache, SandboxedExecute, queue_dir
+from grader.sandbox.run import RunSettings, run_notebook
+from grader.settings import Sandbox
+from grader.submission_checks import inspect
+
+STAGING = f"{STATE_DIR}/staging"
+
+
+@dataclass
+class AutogradeReport:
+    assignment: str
+    scores: dict = field(default_factory=dict)      # student -> (score, max_score, penalty)
+    failed: dict = field(default_factory=dict)      # student -> reason nbgrader could not grade
+    notes: dict = field(default_factory=dict)       # student -> [note]
+    executed: int = 0
+    seconds: float = 0.0
+    sandbox: str = ""
+
+
+def submitted_students(course, assignment) -> list:
+    base = course.path("submitted")
+    return sorted(p.parent.name for p in base.glob(f"*/{assignment}") if p.is_dir())
+
+
+def _run_nbgrader(course, assignment, exclude, overrides: Config, log):
+    cfg = course.merged(overrides)
+    coursedir = CourseDirectory(config=cfg)
+    coursedir.assignment_id = assignment
+    coursedir.student_id = "*"
+    coursedir.student_id_exclude = ",".join(exclude)
+    app = Autograde(coursedir=coursedir, config=cfg)
+    app.force = True
+    app.log = log
+    try:
+        app.start()
+    except Exception as err:  # noqa: BLE001 - per-student failures are reported from the results
+        log.warning("nbgrader reported errors: %s", err)
+
+
+def _execute_queue(course, jobs, log):
+    entries = sorted(p for p in queue_dir(course.root).glob("*") if (p / "in.ipynb").exists())
+    if not entries:
+        return 0
+    settings = RunSettings.from_config(
+        course.config, hidden=[str(course.root), course.exchange_root])
+    cache = ExecutionCache(course.root)
+
+    def execute(entry):
+        nb = nbformat.read(str(entry / "in.ipynb"), as_version=4)
+        result = run_notebook(nb, entry / "work", settings, log=log)
+        cache.put(entry.name, result.nb, {"reasons": result.reasons,
+                                          "seconds": round(result.seconds, 2), "mode": result.mode})
+        shutil.rmtree(entry, ignore_errors=True)
+        log.info("executed %s in %.1f s", entry.name, result.seconds)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(execute, entries))
+    return len(entries)
+
+
+def _zero_unreadable(course, assignment, student, log):
+    """Record a submission nbgrader cannot read as submitted, with every grade 0."""
+    from nbgrader.coursedir import CourseDirectory as CD
+
+    timestamp = CD(config=course.config).get_existing_timestamp(
+        str(course.path("submitted", student, assignment)))
+    with course.gradebook() as gb:
+        gb.update_or_create_student(student)
+        if timestamp:
+            gb.update_or_create_submission(assignment, student, timestamp=timestamp)
+        else:
+            gb.update_or_create_submission(assignment, student)
+        submission = gb.find_submission(assignment, student)
+        for nb in submission.notebooks:
+            for grade in nb.grades:
+                grade.auto_score = 0
+                grade.manual_score = None
+                grade.needs_manual_grade = False
+        gb.db.commit()
+    shutil.rmtree(course.path("autograded", student, assignment), ignore_errors=True)
+
+
+def autograde(course, assignment, jobs=1, log=None) -> AutogradeReport:
+    start = time.monotonic()
+    report = AutogradeReport(assignment=assignment)
+    with course.gradebook() as gb:
+        try:
+            gb.find_assignment(assignment)
+        except Exception:  # noqa: BLE001 - nbgrader raises MissingEntry
+            raise GraderError(f"assignment {assignment!r} is not in the gradebook; "
+                              f"run `grader generate {assignment}` first") from None
+    students = submitted_students(course, assignment)
+    if not students:
+        raise GraderError(f"no collected submissions of {assignment!r}; run `grader collect {assignment}`")
+    try:
+        mode, warnings = choose(course.section(Sandbox).mode)
+    except RuntimeError as err:
+        raise GraderError(str(err)) from None
+    for warning in warnings:
+        log.warning(warning)
+    report.sandbox = mode
+
+    unreadable = []
+    for student in students:
+        broken, other = inspect(course, assignment, student)
+        notes.record(course.root, assignment, student, "checks", broken + other)
+        if broken:
+            unreadable.append(student)
+
+    # 1. plan
+    shutil.rmtree(course.path(STAGING), ignore_errors=True)
+    plan = Config()
+    plan.CourseDirectory.autograded_directory = STAGING
+    plan.Autograde.autograde_preprocessors = ["grader.sandbox.execute.StageForSandbox"]
+    _run_nbgrader(course, assignment, unreadable, plan, log)
+    shutil.rmtree(course.path(STAGING), ignore_errors=True)
+
+    # 2. execute
+    report.executed = _execute_queue(course, jobs, log)
+
+    # 3. grade
+    inline_before = SandboxedExecute.inline_runs
+    _run_nbgrader(course, assignment, unreadable, Config(), log)
+    if SandboxedExecute.inline_runs != inline_before:
+        log.warning("%d executions were not planned and ran one at a time",
+                    SandboxedExecute.inline_runs - inline_before)
+    for student in unreadable:
+        _zero_unreadable(course, assignment, student, log)
+
+    with course.gradebook() as gb:
+        for student in students:
+            autograded = course.path("autograded", student, assignment)
+            if student not in unreadable and not autograded.exists():
+                report.failed[student] = "nbgrader could not grade it (see the log above)"
+            try:
+                sub = gb.find_submission(assignment, student)
+            except Exception:  # noqa: BLE001
+                continue
+            report.scores[student] = (sub.score, sub.max_score, sub.late_submission_penalty or 0.0)
+    for student in students:
+        report.notes[student] = notes.lines(course.root, assignment, student)
+    report.seconds = time.monotonic() - start
+    return report

@@ -1,0 +1,78 @@
+"""`grader export ASSIGNMENT --to FILE.csv`: one row per student, one column per graded cell.
+
+Read from the gradebook only, so it shows manual grades and late penalties as they
+are now. Students without a submission get an empty row marked `submitted = no`.
+"""
+
+import csv
+from pathlib import Path
+
+from grader import GraderError
+
+FIXED = ["student_id", "lms_user_id", "first_name", "last_name", "email", "submitted",
+         "timestamp", "seconds_late"]
+TOTALS = ["raw_score", "late_penalty", "score", "max_score", "needs_manual_grade"]
+
+
+def _num(value):
+    return "" if value is None else f"{float(value):g}"
+
+
+def export_rows(course, assignment):
+    """(header, rows) of the grades of `assignment`."""
+    from nbgrader.api import MissingEntry
+
+    with course.gradebook() as gb:
+        try:
+            found = gb.find_assignment(assignment)
+        except MissingEntry:
+            raise GraderError(f"assignment {assignment!r} is not in the gradebook") from None
+        cells = [(nb.name, cell.name) for nb in found.notebooks
+                 for cell in sorted(nb.grade_cells, key=lambda c: c.name)]
+        header = FIXED + [f"{nb}:{cell}" for nb, cell in cells] + TOTALS
+        rows = []
+        for student in sorted(gb.students, key=lambda s: s.id):
+            row = {"student_id": student.id, "lms_user_id": student.lms_user_id or "",
+                   "first_name": student.first_name or "", "last_name": student.last_name or "",
+                   "email": student.email or ""}
+            try:
+                sub = gb.find_submission(assignment, student.id)
+            except MissingEntry:
+                row.update(submitted="no")
+                rows.append(row)
+                continue
+            scores = {(nb.name, grade.name): grade.score for nb in sub.notebooks for grade in nb.grades}
+            row.update(
+                submitted="yes", timestamp=str(sub.timestamp or ""), seconds_late=_num(sub.total_seconds_late),
+                raw_score=_num(sub.score), late_penalty=_num(sub.late_submission_penalty or 0),
+                score=_num(max(sub.score - (sub.late_submission_penalty or 0), 0)),
+                max_score=_num(sub.max_score), needs_manual_grade="yes" if sub.needs_manual_grade else "no")
+            for nb, cell in cells:
+                row[f"{nb}:{cell}"] = _num(scores.get((nb, cell)))
+            rows.append(row)
+    return header, rows
+
+
+def export(course, assignment, to) -> int:
+    header, rows = export_rows(course, assignment)
+    path = Path(to)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    return len(rows)
+
+
+def import_roster(course, roster) -> int:
+    """Add or update students from a CSV with `id` and optional names, email, `lms_user_id`."""
+    allowed = {"first_name", "last_name", "email", "lms_user_id"}
+    with open(roster, newline="") as fh, course.gradebook() as gb:
+        count = 0
+        for record in csv.DictReader(fh):
+            if not record.get("id"):
+                raise GraderError(f"{roster}: every row needs an 'id' column")
+            gb.update_or_create_student(record["id"], **{k: v for k, v in record.items()
+                                                       if k in allowed and v})
+            count += 1
+    return count

@@ -1,0 +1,113 @@
+"""`grader feedback ASSIGNMENT`: nbgrader's generate_feedback and release_feedback, with
+the results of hidden tests but not their source, and the grading notes on top.
+
+The hidden part of a test cell is replaced by a placeholder line and the tracebacks
+of that cell are reduced to their last line (an IPython traceback quotes the failing
+source). `c.FeedbackPolicy.reveal_hidden_tests = True` shows everything.
+"""
+
+import html
+import shutil
+from dataclasses import dataclass, field
+
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+
+from grader import GraderError, notes
+from grader.settings import FeedbackPolicy
+
+PLACEHOLDER = "# [hidden tests: their source is not shown; their result is below]"
+
+
+class HideHiddenTests(NbGraderPreprocessor):
+    """Withhold hidden-test source from feedback, keep their outcome."""
+
+    def preprocess(self, nb, resources):
+        if FeedbackPolicy(config=self.config).reveal_hidden_tests:
+            return nb, resources
+        markers = ClearHiddenTests(config=self.config)
+        begin, end = markers.begin_test_delimeter, markers.end_test_delimeter
+        for cell in nb.cells:
+            if cell.cell_type == "code" and begin in cell.source:
+                cell.source = _strip_region(cell.source, begin, end)
+                for out in cell.get("outputs", []):
+                    if out.get("output_type") == "error":
+                        out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".rstrip(": ")]
+        return nb, resources
+
+
+def _strip_region(source, begin, end):
+    kept, hiding = [], False
+    for line in source.splitlines():
+        if begin in line:
+            hiding = True
+            kept.append(line[: len(line) - len(line.lstrip())] + PLACEHOLDER)
+        elif end in line and hiding:
+            hiding = False
+        elif not hiding:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def notes_html(lines) -> str:
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return ('<div class="grader-notes" style="border:2px solid #c60;padding:0.5em 1em;margin:1em">'
+            f"<strong>Grading notes</strong><ul>{items}</ul></div>")
+
+
+def _add_notes(path, lines):
+    text = path.read_text()
+    if 'class="grader-notes"' in text or not lines:
+        return
+    at = text.find(">", text.find("<body")) + 1 if "<body" in text else 0
+    path.write_text(text[:at] + notes_html(lines) + text[at:])
+
+
+def _placeholder_feedback(course, assignment, student, lines):
+    """Feedback for a submission nbgrader could not read: the notes alone."""
+    folder = course.path("feedback", student, assignment)
+    folder.mkdir(parents=True, exist_ok=True)
+    submitted = course.path("submitted", student, assignment)
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        if (submitted / name).exists():
+            shutil.copy(submitted / name, folder / name)
+    with course.gradebook() as gb:
+        names = [nb.name for nb in gb.find_assignment(assignment).notebooks]
+    for name in names:
+        page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(name)}</title>"
+                f"</head><body><h1>{html.escape(assignment)} / {html.escape(name)}</h1>"
+                f"<p>Score: 0</p></body></html>")
+        (folder / f"{name}.html").write_text(page)
+        _add_notes(folder / f"{name}.html", lines)
+
+
+@dataclass
+class FeedbackReport:
+    assignment: str
+    generated: list = field(default_factory=list)
+    released: bool = False
+
+
+def feedback(course, assignment, release=True, log=None) -> FeedbackReport:
+    report = FeedbackReport(assignment=assignment)
+    students = sorted(p.parent.name for p in course.path("submitted").glob(f"*/{assignment}"))
+    if not students:
+        raise GraderError(f"no collected submissions of {assignment!r}")
+    api = course.api()
+    result = api.generate_feedback(assignment, force=True)
+    if not result.get("success"):
+        raise GraderError(f"nbgrader generate_feedback failed:\n{result.get('log', '')}{result.get('error', '')}")
+    for student in students:
+        lines = notes.lines(course.root, assignment, student)
+        folder = course.path("feedback", student, assignment)
+        if not course.path("autograded", student, assignment).exists():
+            _placeholder_feedback(course, assignment, student, lines)
+        for page in folder.glob("*.html"):
+            _add_notes(page, lines)
+        if folder.exists():
+            report.generated.append(student)
+    if release:
+        result = api.release_feedback(assignment)
+        if not result.get("success"):
+            raise GraderError(f"nbgrader release_feedback failed:\n{result.get('log', '')}{result.get('error', '')}")
+        report.released = True
+    return report

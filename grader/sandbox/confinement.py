@@ -1,0 +1,209 @@
+"""The command line that confines one execution: bubblewrap, else unshare, else nothing.
+
+bubblewrap builds an empty root and binds in only the interpreter, its packages and
+the job directory, so the gradebook, the exchange, other submissions and the
+instructor's home do not exist inside. `unshare` is the fallback when bubblewrap is
+missing or cannot create namespaces: same namespaces, but it hides the known
+sensitive paths instead of showing only the needed ones.
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+JOB_MOUNT = "/grader-job"          # the job directory, inside the sandbox
+CODE_MOUNT = "/grader-sandbox"     # this package's worker and launcher, read-only
+PACKAGES_MOUNT = "/grader-packages"
+HOME = "/home/student"
+
+ETC_FILES = [
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "passwd", "group",
+    "nsswitch.conf", "hosts", "ssl", "ca-certificates", "fonts", "mime.types", "matplotlibrc",
+]
+
+
+@dataclass
+class Confinement:
+    """Where the sandbox exists on this machine and what it may see."""
+
+    mode: str                      # "bwrap" | "unshare" | "none"
+    readonly: list = field(default_factory=list)    # host paths shown read-only, same path
+    packages: dict = field(default_factory=dict)    # name -> host package dir
+    hidden: list = field(default_factory=list)      # host paths hidden in unshare mode
+    tmp_mb: int = 256
+
+    def command(self, job_dir: str, argv_inside: list, uid=None) -> list:
+        """The full command running `argv_inside` confined, with `job_dir` writable."""
+        if self.mode == "bwrap":
+            return self._bwrap(job_dir, argv_inside, uid)
+        if self.mode == "unshare":
+            return self._unshare(job_dir, argv_inside, uid)
+        return list(argv_inside)
+
+    def environment(self) -> dict:
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": HOME, "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "MPLBACKEND": "Agg",
+            "NBGRADER_EXECUTION": "autograde", "JUPYTER_PLATFORM_DIRS": "1",
+            # one BLAS thread: threads count against the process limit and the cores are shared
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        }
+        if self.packages:
+            env["PYTHONPATH"] = PACKAGES_MOUNT
+        return env
+
+    def paths_inside(self, job_dir: str) -> dict:
+        """Where the job directory and this package's code are seen by the worker."""
+        if self.mode == "bwrap":
+            return {"job": JOB_MOUNT, "code": CODE_MOUNT}
+        return {"job": job_dir if self.mode == "none" else JOB_MOUNT, "code": str(HERE)}
+
+    def _bwrap(self, job_dir, argv_inside, uid):
+        cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid",
+               "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        if os.geteuid() != 0:
+            cmd.append("--unshare-user")
+        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / top
+            if host.is_symlink():
+                cmd += ["--symlink", os.readlink(host), str(host)]
+            elif host.exists():
+                cmd += ["--ro-bind", str(host), str(host)]
+        cmd += ["--ro-bind", "/usr", "/usr"]
+        for name in ETC_FILES:
+            cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        shown = _outermost(self.readonly)
+        for parent in _ancestors(shown):
+            # bwrap would create these 0700 (root only), hiding what is bound below them
+            cmd += ["--perms", "0755", "--dir", parent]
+        for path in shown:
+            cmd += ["--ro-bind", path, path]
+        for name, path in sorted(self.packages.items()):
+            cmd += ["--ro-bind", path, f"{PACKAGES_MOUNT}/{name}"]
+        cmd += ["--ro-bind", str(HERE), CODE_MOUNT,
+                "--proc", "/proc", "--dev", "/dev",
+                "--perms", "1777", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
+                "--perms", "0777", "--size", str(self.tmp_mb << 20), "--tmpfs", HOME,
+                "--bind", job_dir, JOB_MOUNT, "--chdir", JOB_MOUNT, "--clearenv"]
+        for key, value in self.environment().items():
+            cmd += ["--setenv", key, value]
+        if uid is not None:
+            # bwrap runs privileged here; only setpriv's switch to a dedicated uid makes
+            # RLIMIT_NPROC count (root is exempt from it) and drops every capability
+            cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
+                    "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+        else:
+            cmd.append("--")
+        return cmd + list(argv_inside)
+
+    def _unshare(self, job_dir, argv_inside, uid):
+        cmd = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
+               "--mount-proc"]
+        if os.geteuid() != 0:
+            cmd += ["--user", "--map-root-user"]
+        spec = {
+            "job_dir": job_dir, "job_mount": JOB_MOUNT, "hide": sorted(set(self.hidden)),
+            "keep": _outermost(self.readonly + [str(HERE)] + list(self.packages.values())),
+            "packages": self.packages, "packages_mount": PACKAGES_MOUNT, "home": HOME,
+            "tmp_mb": self.tmp_mb, "uid": uid, "env": self.environment(), "argv": list(argv_inside),
+        }
+        import json
+        return cmd + ["--", sys.executable, "-I", str(HERE / "unshare_setup.py"), json.dumps(spec)]
+
+
+def _outermost(paths):
+    """Drop paths contained in another listed path (binding both is redundant)."""
+    result = []
+    for path in sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)}):
+        if not any(path == kept or path.startswith(kept + os.sep) for kept in result):
+            result.append(path)
+    return result
+
+
+def _ancestors(paths):
+    found = set()
+    for path in paths:
+        parent = os.path.dirname(path)
+        while parent not in ("/", ""):
+            found.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(p for p in found if p.split(os.sep)[1] not in ("usr", "etc", "proc", "dev", "tmp"))
+
+
+def interpreter_paths() -> list:
+    """The host paths the sandboxed interpreter needs: its prefixes and the executable's home."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             str(Path(sys.executable).parent), str(Path(os.path.realpath(sys.executable)).parent.parent)}
+    return sorted(p for p in paths if p not in ("/", "/usr"))
+
+
+def package_dirs(names) -> dict:
+    """Host directories of importable packages, for packages living outside the prefix."""
+    found = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            raise ValueError(f"package {name!r} listed in c.Sandbox.packages is not importable")
+        if spec.submodule_search_locations:
+            found[name] = os.path.realpath(list(spec.submodule_search_locations)[0])
+        elif spec.origin:
+            found[name] = os.path.realpath(spec.origin)
+    return found
+
+
+def probe(mode: str) -> tuple:
+    """(works, detail): whether `mode` can create its namespaces on this machine."""
+    if mode == "none":
+        return True, "no confinement"
+    tool = "bwrap" if mode == "bwrap" else "unshare"
+    if shutil.which(tool) is None:
+        return False, f"{tool} is not installed"
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return False, "setpriv (util-linux) is not installed; needed to drop root inside the sandbox"
+    conf = Confinement(mode=mode, readonly=interpreter_paths())
+    uid = 65534 if os.geteuid() == 0 else None
+    import tempfile
+    with tempfile.TemporaryDirectory() as job:
+        os.chmod(job, 0o777)
+        cmd = conf.command(job, [sys.executable, "-I", "-c", "print('ok')"], uid=uid)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return False, f"{tool} failed: {err}"
+    if proc.returncode != 0 or proc.stdout.strip() != "ok":
+        return False, f"{tool} cannot create namespaces here: {(proc.stderr or proc.stdout).strip()[:300]}"
+    return True, f"{tool} works ({'root, per-slot uid' if uid else 'user namespace'})"
+
+
+def choose(setting: str) -> tuple:
+    """(mode, warnings) for `c.Sandbox.mode`; raises RuntimeError when nothing usable is left."""
+    if setting == "none":
+        return "none", ["c.Sandbox.mode = 'none': student code runs UNCONFINED, with the grader's "
+                        "own permissions (only limits apply)"]
+    candidates = ["bwrap", "unshare"] if setting == "auto" else [setting]
+    problems = []
+    for mode in candidates:
+        ok, detail = _cached_probe(mode)
+        if ok:
+            warnings = [f"bubblewrap unusable ({problems[0]}); falling back to unshare"] if problems else []
+            return mode, warnings
+        problems.append(detail)
+    raise RuntimeError("no sandbox available: " + "; ".join(problems) +
+                       ". Install bubblewrap (apt-get install bubblewrap) or set "
+                       "c.Sandbox.mode = 'none' to grade unconfined.")
+
+
+_PROBES = {}
+
+
+def _cached_probe(mode):
+    if mode not in _PROBES:
+        _PROBES[mode] = probe(mode)
+    return _PROBES[mode]

@@ -1,0 +1,78 @@
+"""Set up the fallback sandbox from inside `unshare` (new mount, net, pid, ipc, uts namespaces).
+
+Runs as root of the new namespaces with `-I` and the standard library only: hides the
+sensitive host paths under empty tmpfs mounts (keeping the interpreter reachable),
+shows the job directory at a fixed path, brings up loopback for the kernel's
+sockets, drops to the slot uid and execs the worker.
+"""
+
+import ctypes
+import fcntl
+import json
+import os
+import socket
+import struct
+import sys
+
+MS_BIND, MS_REC, MS_PRIVATE, MS_RDONLY, MS_REMOUNT = 4096, 16384, 1 << 18, 1, 32
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount(source, target, fstype=None, flags=0, data=None):
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} -> {target}: {os.strerror(err)}")
+
+
+def bind(source, target, readonly=False):
+    os.makedirs(target, exist_ok=True) if os.path.isdir(source) else None
+    mount(source, target, None, MS_BIND | MS_REC)
+    if readonly:
+        mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def loopback_up():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    flags = struct.unpack("16sH", fcntl.ioctl(sock, 0x8913, struct.pack("16sH", b"lo", 0)))[1]
+    fcntl.ioctl(sock, 0x8914, struct.pack("16sH", b"lo", flags | 1))  # IFF_UP
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # a private scratch area for stashing what must survive the hiding
+    mount("tmpfs", "/mnt", "tmpfs", 0, "size=1m,mode=0755")
+    stash = {}
+    for i, path in enumerate(spec["keep"] + [spec["job_dir"]]):
+        stash[path] = f"/mnt/keep{i}"
+        os.makedirs(stash[path])
+        mount(path, stash[path], None, MS_BIND | MS_REC)
+    for path in spec["hide"] + ["/tmp"]:
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", 0, f"size={spec['tmp_mb']}m,mode=1777")
+    for path in spec["keep"]:
+        if not os.path.exists(path):
+            os.makedirs(path, exist_ok=True)
+        bind(stash[path], path, readonly=True)
+    os.makedirs(spec["job_mount"], exist_ok=True) if not os.path.exists(spec["job_mount"]) else None
+    mount("tmpfs", "/home", "tmpfs", 0, f"size={spec['tmp_mb']}m,mode=0755")
+    os.makedirs(spec["home"], mode=0o777)
+    os.chmod(spec["home"], 0o777)
+    os.makedirs(spec["job_mount"], exist_ok=True)
+    bind(stash[spec["job_dir"]], spec["job_mount"])
+    if spec["packages"]:
+        os.makedirs(spec["packages_mount"])
+        for name, path in spec["packages"].items():
+            bind(path, os.path.join(spec["packages_mount"], name), readonly=True)
+    loopback_up()
+    if spec["uid"] is not None:
+        os.setgroups([])
+        os.setresgid(spec["uid"], spec["uid"], spec["uid"])
+        os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+    os.chdir(spec["job_mount"])
+    os.execve(spec["argv"][0], spec["argv"], spec["env"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The student commands, run in the student's own directory: nbgrader's exchange clients
+(fetch, submit, fetch-feedback, fetch-solutions) and its validator.
+"""
+
+import getpass
+from pathlib import Path
+
+from nbgrader.auth import Authenticator
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.exchange import ExchangeFactory
+from nbgrader.utils import capture_log
+
+from grader import GraderError
+from grader.course import student_config
+from grader.settings import SolutionRelease
+
+
+def _run(kind, assignment, course_id, exchange=None, student=None, **attrs):
+    cfg = student_config(course_id, exchange, student or getpass.getuser())
+    coursedir = CourseDirectory(config=cfg)
+    coursedir.assignment_id = assignment
+    app = getattr(ExchangeFactory(config=cfg), kind)(
+        coursedir=coursedir, authenticator=Authenticator(config=cfg), config=cfg)
+    for key, value in attrs.items():
+        setattr(app, key, value)
+    result = capture_log(app)
+    if not result.get("success"):
+        log = result.get("log", "")
+        reason = [line for line in log.splitlines() if "ERROR" in line or "CRITICAL" in line]
+        raise GraderError(f"{kind} {assignment} failed: " +
+                          ("; ".join(reason) or result.get("error", "").strip().splitlines()[-1]))
+    return result
+
+
+def fetch(assignment, course_id, exchange=None, student=None) -> str:
+    _run("FetchAssignment", assignment, course_id, exchange, student)
+    return str(Path.cwd() / assignment)
+
+
+def submit(assignment, course_id, exchange=None, student=None) -> str:
+    if not (Path.cwd() / assignment).is_dir():
+        raise GraderError(f"no folder ./{assignment} to submit; fetch it first")
+    _run("Submit", assignment, course_id, exchange, student)
+    return student or getpass.getuser()
+
+
+def fetch_feedback(assignment, course_id, exchange=None, student=None) -> list:
+    _run("FetchFeedback", assignment, course_id, exchange, student)
+    pages = sorted((Path.cwd() / assignment / "feedback").rglob("*.html"))
+    if not pages:
+        raise GraderError(f"no feedback released for {assignment} yet")
+    return [str(p) for p in pages]
+
+
+def fetch_solutions(assignment, course_id, exchange=None, student=None) -> str:
+    name = assignment + SolutionRelease().suffix
+    try:
+        _run("FetchAssignment", name, course_id, exchange, student)
+    except GraderError as err:
+        if "not" in str(err).lower():
+            raise GraderError(f"the solutions of {assignment} are not released (yet)") from None
+        raise
+    return str(Path.cwd() / name)
+
+
+def validate(assignment) -> list:
+    """(notebook, failures) for each notebook of ./ASSIGNMENT, run locally like nbgrader validate."""
+    from nbgrader.validator import Validator
+
+    folder = Path.cwd() / assignment
+    notebooks = sorted(folder.glob("*.ipynb"))
+    if not notebooks:
+        raise GraderError(f"no notebooks in ./{assignment}")
+    results = []
+    for path in notebooks:
+        found = Validator().validate(str(path))
+        problems = len(found.get("failed", [])) + len(found.get("changed", [])) + \
+            len(found.get("type_changed", []))
+        results.append((path.name, problems, found))
+    return results

@@ -1,0 +1,455 @@
+"""Reverse-mode automatic differentiation: Value, Op, Tensor and the backward pass.
+
+A Tensor is a node of a computation graph: a leaf (data, no op) or the result
+of an ``Op`` applied to input Tensors. Evaluation is eager (``LAZY_MODE`` is
+False): a node computes its ``cached_data`` as soon as it is made. The
+gradient of each op is written with ops too, so gradients are Tensors with a
+graph of their own and can be differentiated again.
+"""
+from functools import reduce
+import operator
+
+import numpy
+
+from .backend_selection import (
+    BACKEND,
+    NDArray,
+    array_api,
+    default_device,
+    device_of,
+)
+
+# Eager evaluation: realize every node when it is created. Lazy mode (build the
+# graph, compute on demand) is kept as a switch for teaching.
+LAZY_MODE = False
+
+# The number of live Values (Tensors and TensorTuples). Tests use it to check
+# that optimizers and training loops do not leak graph nodes.
+TENSOR_COUNTER = 0
+
+_FLOAT32 = ("float32", numpy.float32, numpy.dtype("float32"))
+
+
+def _check_dtype(dtype):
+    if dtype is None or any(dtype is d or dtype == d for d in _FLOAT32):
+        return "float32"
+    raise ValueError(f"needle_kernels Tensors are float32; dtype {dtype!r} is not supported")
+
+
+class Op:
+    """An operator: ``compute`` on arrays, ``gradient`` on Tensors."""
+
+    def __call__(self, *args):
+        raise NotImplementedError()
+
+    def compute(self, *args):
+        """Compute the output from input arrays (NDArray, or numpy in np mode)."""
+        raise NotImplementedError()
+
+    def gradient(self, out_grad, node):
+        """Partial adjoints ``out_grad * d node / d input_i`` for each input, as Tensors."""
+        raise NotImplementedError()
+
+    def gradient_as_tuple(self, out_grad, node):
+        output = self.gradient(out_grad, node)
+        if isinstance(output, tuple):
+            return output
+        if isinstance(output, list):
+            return tuple(output)
+        return (output,)
+
+
+class TensorOp(Op):
+    """An op whose output is a Tensor."""
+
+    def __call__(self, *args):
+        return Tensor.make_from_op(self, args)
+
+
+class TensorTupleOp(Op):
+    """An op whose output is a TensorTuple."""
+
+    def __call__(self, *args):
+        return TensorTuple.make_from_op(self, args)
+
+
+class Value:
+    """A node of the computation graph."""
+
+    op: "Op | None"
+    inputs: "list[Value]"
+    cached_data: object
+    requires_grad: bool
+
+    def realize_cached_data(self):
+        """Compute (once) and return this node's array."""
+        if self.cached_data is not None:
+            return self.cached_data
+        self.cached_data = self.op.compute(*[x.realize_cached_data() for x in self.inputs])
+        return self.cached_data
+
+    def is_leaf(self):
+        return self.op is None
+
+    def __del__(self):
+        global TENSOR_COUNTER
+        TENSOR_COUNTER -= 1
+
+    def _init(self, op, inputs, *, num_outputs=1, cached_data=None, requires_grad=None):
+        global TENSOR_COUNTER
+        TENSOR_COUNTER += 1
+        if requires_grad is None:
+            requires_grad = any(x.requires_grad for x in inputs)
+        self.op = op
+        self.inputs = list(inputs)
+        self.num_outputs = num_outputs
+        self.cached_data = cached_data
+        self.requires_grad = requires_grad
+
+    @classmethod
+    def make_const(cls, data, *, requires_grad=False):
+        """A leaf holding ``data`` as is (no copy)."""
+        value = cls.__new__(cls)
+        value._init(None, [], cached_data=data, requires_grad=requires_grad)
+        return value
+
+    @classmethod
+    def make_from_op(cls, op, inputs):
+        value = cls.__new__(cls)
+        value._init(op, inputs)
+        if not LAZY_MODE:
+            value.realize_cached_data()
+            if not value.requires_grad:
+                # Nothing will differentiate through it: forget the inputs so the
+                # graph above it can be freed (this is what detach() would do,
+                # without making a second node).
+                value.op = None
+                value.inputs = []
+        return value
+
+    @classmethod
+    def make_with_data(cls, op, inputs, data):
+        """A node of ``op(*inputs)`` whose value ``data`` is already known.
+
+        Used by gradients that reuse an array computed in the forward pass
+        (e.g. the im2col matrix of a convolution) while staying differentiable.
+        """
+        value = cls.__new__(cls)
+        value._init(op, inputs, cached_data=data)
+        if not value.requires_grad:
+            value.op = None
+            value.inputs = []
+        return value
+
+
+class TensorTuple(Value):
+    """A tuple of Tensors that is itself a graph node (e.g. the output of ``split``)."""
+
+    def __len__(self):
+        return len(self.realize_cached_data())
+
+    def __getitem__(self, index):
+        from .ops.ops_tuple import tuple_get_item
+
+        return tuple_get_item(self, index)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def tuple(self):
+        return tuple(self)
+
+    def __repr__(self):
+        return "needle.TensorTuple" + str(self.tuple())
+
+    def __str__(self):
+        return self.__repr__()
+
+    def __add__(self, other):
+        from .ops.ops_tuple import make_tuple
+
+        if not isinstance(other, TensorTuple) or len(self) != len(other):
+            raise ValueError("TensorTuple + needs another TensorTuple of the same length")
+        return make_tuple(*[self[i] + other[i] for i in range(len(self))])
+
+    def detach(self):
+        return TensorTuple.make_const(self.realize_cached_data())
+
+
+class Tensor(Value):
+    """An n-dimensional float32 array that records how it was computed."""
+
+    grad = None  # set on leaves by backward()
+    # numpy must defer to Tensor's reflected operators (np.float64(2) * t).
+    __array_ufunc__ = None
+
+    def __init__(self, array, device=None, dtype=None, requires_grad=True, **kwargs):
+        dtype = _check_dtype(dtype)
+        if isinstance(array, Tensor):
+            if device is None or device == array.device:
+                cached_data = array.realize_cached_data()
+            else:
+                cached_data = Tensor._array_from_numpy(array.numpy(), device=device, dtype=dtype)
+        else:
+            device = device if device is not None else default_device()
+            cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
+        self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
+
+    @staticmethod
+    def _array_from_numpy(data, device, dtype):
+        if BACKEND == "np":
+            if device is not None and hasattr(device, "enabled") and not device.enabled():
+                raise RuntimeError(f"device {device} is not available on this machine")
+            if not isinstance(data, numpy.ndarray) and hasattr(data, "numpy"):
+                data = data.numpy()
+            return numpy.array(data, dtype=numpy.float32)
+        if isinstance(data, NDArray):
+            return data if data.device == device else data.to(device)
+        return array_api.array(numpy.asarray(data, dtype=numpy.float32), dtype=dtype, device=device)
+
+    @staticmethod
+    def make_const(data, requires_grad=False):
+        """A leaf Tensor around an array (an NDArray, numpy array in np mode, or a Tensor's data)."""
+        tensor = Tensor.__new__(Tensor)
+        if isinstance(data, Tensor):
+            data = data.realize_cached_data()
+        tensor._init(None, [], cached_data=data, requires_grad=requires_grad)
+        return tensor
+
+    @property
+    def data(self):
+        """The same array, as a new leaf Tensor with no history."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Tensor.data must be set to a Tensor, got {type(value).__name__}")
+        self.cached_data = value.realize_cached_data()
+
+    def detach(self):
+        """A new leaf Tensor sharing this one's array; gradients stop here."""
+        return Tensor.make_const(self.realize_cached_data())
+
+    @property
+    def shape(self):
+        return tuple(self.realize_cached_data().shape)
+
+    @property
+    def dtype(self):
+        return "float32"
+
+    @property
+    def device(self):
+        return device_of(self.realize_cached_data())
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(numpy.prod(self.shape))
+
+    def numpy(self):
+        data = self.realize_cached_data()
+        if BACKEND == "np":
+            return numpy.asarray(data)
+        return data.numpy()
+
+    def backward(self, out_grad=None):
+        """Compute ``.grad`` of every leaf that requires grad.
+
+        ``out_grad`` is the adjoint of this Tensor; it may be left out only for
+        a Tensor with one element (a loss), where it is 1.
+        """
+        if out_grad is None:
+            if self.size != 1:
+                raise RuntimeError(
+                    f"backward() without out_grad needs a scalar (one-element) Tensor, "
+                    f"got shape {self.shape}; pass out_grad of that shape"
+                )
+            out_grad = Tensor.make_const(array_api.full(self.shape, 1.0, device=self.device))
+        elif not isinstance(out_grad, Tensor):
+            out_grad = Tensor(out_grad, device=self.device, requires_grad=False)
+        if out_grad.shape != self.shape:
+            raise ValueError(f"backward(): out_grad shape {out_grad.shape} != tensor shape {self.shape}")
+        compute_gradient_of_variables(self, out_grad)
+
+    def __repr__(self):
+        return "needle.Tensor(" + str(self.realize_cached_data()) + ")"
+
+    def __str__(self):
+        return str(self.realize_cached_data())
+
+    # ---- operators (the ops module is imported lazily: it imports this module)
+    def __add__(self, other):
+        from . import ops
+
+        if isinstance(other, Tensor):
+            return ops.add(self, other)
+        return ops.add_scalar(self, other)
+
+    def __mul__(self, other):
+        from . import ops
+
+        if isinstance(other, Tensor):
+            return ops.multiply(self, other)
+        return ops.mul_scalar(self, other)
+
+    def __pow__(self, other):
+        from . import ops
+
+        if isinstance(other, Tensor):
+            return ops.power(self, other)
+        return ops.power_scalar(self, other)
+
+    def __sub__(self, other):
+        from . import ops
+
+        if isinstance(other, Tensor):
+            return ops.add(self, ops.negate(other))
+        return ops.add_scalar(self, -other)
+
+    def __rsub__(self, other):
+        from . import ops
+
+        return ops.add_scalar(ops.negate(self), other)
+
+    def __truediv__(self, other):
+        from . import ops
+
+        if isinstance(other, Tensor):
+            return ops.divide(self, other)
+        return ops.divide_scalar(self, other)
+
+    def __rtruediv__(self, other):
+        from . import ops
+
+        return ops.mul_scalar(ops.power_scalar(self, -1), other)
+
+    def __matmul__(self, other):
+        from . import ops
+
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from . import ops
+
+        return ops.matmul(other, self)
+
+    def __neg__(self):
+        from . import ops
+
+        return ops.negate(self)
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    def sum(self, axes=None):
+        from . import ops
+
+        return ops.summation(self, axes)
+
+    def broadcast_to(self, shape):
+        from . import ops
+
+        return ops.broadcast_to(self, shape)
+
+    def reshape(self, shape):
+        from . import ops
+
+        return ops.reshape(self, shape)
+
+    def transpose(self, axes=None):
+        from . import ops
+
+        return ops.transpose(self, axes)
+
+
+def compute_gradient_of_variables(output_tensor, out_grad):
+    """Reverse-mode AD: set ``.grad`` on every leaf of ``output_tensor``'s graph.
+
+    Nodes are visited in reverse topological order; a node's adjoint is the sum
+    of the partial adjoints sent by the nodes that use it, so a value used
+    twice accumulates both contributions. Adjoints of a TensorTuple are kept
+    per slot, so reading k items of a split costs k ops, not k tuples of zeros.
+    """
+    node_to_output_grads = {output_tensor: [out_grad]}
+    tuple_slot_grads = {}  # TensorTuple -> {index: [adjoints]}
+    for node in reversed(find_topo_sort([output_tensor])):
+        if isinstance(node, TensorTuple):
+            grad = _tuple_adjoint(node, node_to_output_grads.get(node), tuple_slot_grads.get(node))
+        else:
+            grads = node_to_output_grads.get(node)
+            grad = None if not grads else sum_node_list(grads)
+        if grad is None:
+            continue
+        if node.op is None:
+            node.grad = grad
+            continue
+        if getattr(node.op, "selects_tuple_item", False):
+            slots = tuple_slot_grads.setdefault(node.inputs[0], {})
+            slots.setdefault(node.op.index, []).append(grad)
+            continue
+        for inp, partial in zip(node.inputs, node.op.gradient_as_tuple(grad, node)):
+            if inp.requires_grad and partial is not None:
+                node_to_output_grads.setdefault(inp, []).append(partial)
+
+
+def _tuple_adjoint(node, whole_grads, slot_grads):
+    """The adjoint of a TensorTuple from whole-tuple adjoints and per-slot ones."""
+    from .ops.ops_tuple import make_tuple
+
+    if not whole_grads and not slot_grads:
+        return None
+    slot_grads = slot_grads or {}
+    items = []
+    data = node.realize_cached_data()
+    for i in range(len(data)):
+        parts = list(slot_grads.get(i, []))
+        parts.extend(g[i] for g in whole_grads or [])
+        if parts:
+            items.append(sum_node_list(parts))
+        else:
+            items.append(
+                Tensor.make_const(array_api.full(tuple(data[i].shape), 0.0, device=device_of(data[i])))
+            )
+    return make_tuple(*items)
+
+
+def find_topo_sort(node_list):
+    """Nodes reachable from ``node_list`` in topological order (inputs before users)."""
+    visited = set()
+    topo_order = []
+    for node in node_list:
+        topo_sort_dfs(node, visited, topo_order)
+    return topo_order
+
+
+def topo_sort_dfs(node, visited, topo_order):
+    """Post-order depth-first search appending to ``topo_order``.
+
+    Iterative rather than recursive: an unrolled RNN or a long training graph
+    is deeper than Python's recursion limit.
+    """
+    stack = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        if expanded:
+            topo_order.append(current)
+            continue
+        if current in visited:
+            continue
+        visited.add(current)
+        stack.append((current, True))
+        for inp in reversed(current.inputs):
+            if inp not in visited:
+                stack.append((inp, False))
+
+
+def sum_node_list(node_list):
+    """Sum Tensors with ``+`` (a single one is returned as is, no new node)."""
+    if len(node_list) == 1:
+        return node_list[0]
+    return reduce(operator.add, node_list)

@@ -1,0 +1,268 @@
+"""The core nn modules: Parameter, Module and the basic layers."""
+from typing import Any, List
+
+import numpy
+
+from .. import init, ops
+from ..autograd import Tensor
+
+
+class Parameter(Tensor):
+    """A Tensor that a Module owns and an optimizer updates."""
+
+
+def _unpack_params(value: object) -> List[Tensor]:
+    if isinstance(value, Parameter):
+        return [value]
+    if isinstance(value, Module):
+        return value.parameters()
+    if isinstance(value, dict):
+        params = []
+        for _, v in value.items():
+            params += _unpack_params(v)
+        return params
+    if isinstance(value, (list, tuple)):
+        params = []
+        for v in value:
+            params += _unpack_params(v)
+        return params
+    return []
+
+
+def _child_modules(value: object) -> List["Module"]:
+    if isinstance(value, Module):
+        return [value] + value._children()
+    if isinstance(value, dict):
+        modules = []
+        for _, v in value.items():
+            modules += _child_modules(v)
+        return modules
+    if isinstance(value, (list, tuple)):
+        modules = []
+        for v in value:
+            modules += _child_modules(v)
+        return modules
+    return []
+
+
+class Module:
+    """A layer: holds Parameters and sub-modules found through its attributes."""
+
+    def __init__(self):
+        self.training = True
+
+    def parameters(self) -> List[Tensor]:
+        """Every Parameter of this module and its sub-modules, in attribute order, each once."""
+        seen, params = set(), []
+        for p in _unpack_params(self.__dict__):
+            if id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        return params
+
+    def _children(self) -> List["Module"]:
+        return _child_modules(self.__dict__)
+
+    def eval(self):
+        self.training = False
+        for m in self._children():
+            m.training = False
+        return self
+
+    def train(self):
+        self.training = True
+        for m in self._children():
+            m.training = True
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+
+def _check_last_dim(module, x, dim):
+    if len(x.shape) < 1 or x.shape[-1] != dim:
+        raise ValueError(f"{type(module).__name__}: expected input (..., {dim}), got shape {x.shape}")
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+class Linear(Module):
+    """y = x W + b with W (in_features, out_features), b (1, out_features).
+
+    W is Kaiming uniform with fan_in = in_features; b is drawn as a
+    (out_features, 1) Kaiming uniform (fan_in = out_features) and reshaped,
+    as needle does, so seeded runs match needle's numbers.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype="float32"):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = Parameter(init.kaiming_uniform(in_features, out_features, device=device, dtype=dtype))
+        self.bias = None
+        if bias:
+            b = init.kaiming_uniform(out_features, 1, device=device, dtype=dtype)
+            self.bias = Parameter(b.reshape((1, out_features)))
+
+    def forward(self, X: Tensor) -> Tensor:
+        _check_last_dim(self, X, self.in_features)
+        lead = X.shape[:-1]
+        # a 2-D product is one backend matmul; (B, T, in) inputs are flattened to it
+        x2d = X if len(X.shape) == 2 else X.reshape((-1, self.in_features))
+        out = x2d @ self.weight
+        if self.bias is not None:
+            out = out + self.bias.broadcast_to(out.shape)
+        return out if len(X.shape) == 2 else out.reshape(lead + (self.out_features,))
+
+
+class Flatten(Module):
+    """(B, d1, d2, ...) -> (B, d1*d2*...)."""
+
+    def forward(self, X):
+        return X.reshape((X.shape[0], -1))
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.relu(x)
+
+
+class Tanh(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.sigmoid(x)
+
+
+class Sequential(Module):
+    def __init__(self, *modules):
+        super().__init__()
+        self.modules = modules
+
+    def forward(self, x: Tensor) -> Tensor:
+        for module in self.modules:
+            x = module(x)
+        return x
+
+
+class SoftmaxLoss(Module):
+    """Mean cross-entropy: mean_i (logsumexp(z_i) - z_i[y_i]) for logits z (B, k), labels y (B,)."""
+
+    def forward(self, logits: Tensor, y) -> Tensor:
+        if len(logits.shape) != 2:
+            raise ValueError(f"SoftmaxLoss: logits must be (batch, classes), got shape {logits.shape}")
+        batch, classes = logits.shape
+        labels = y.numpy() if isinstance(y, Tensor) else numpy.asarray(y)
+        if labels.shape != (batch,):
+            raise ValueError(f"SoftmaxLoss: labels shape {labels.shape} does not match logits {logits.shape}")
+        y_one_hot = init.one_hot(classes, labels, device=logits.device, dtype=logits.dtype)
+        lse = ops.logsumexp(logits, axes=(1,))
+        return (lse.sum() - (logits * y_one_hot).sum()) / batch
+
+
+class BatchNorm1d(Module):
+    """y = w * (x - mean) / sqrt(var + eps) + b over the batch axis of x (B, dim).
+
+    Training uses the batch statistics (biased variance) and updates
+    running = (1 - momentum) * running + momentum * batch, as needle does
+    (torch keeps the unbiased variance in running_var); eval uses the running ones.
+    """
+
+    def __init__(self, dim, eps=1e-5, momentum=0.1, device=None, dtype="float32"):
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
+        self.running_mean = init.zeros(dim, device=device, dtype=dtype)
+        self.running_var = init.ones(dim, device=device, dtype=dtype)
+
+    # the statistics live on ``axes`` of x; ``kept`` is their shape with those axes kept as 1
+    def _normalize(self, x, axes, kept):
+        count = numpy.prod([x.shape[a] for a in axes])
+        if self.training:
+            mean = x.sum(axes) / count
+            centered = x - mean.reshape(kept).broadcast_to(x.shape)
+            var = (centered * centered).sum(axes) / count
+            m = self.momentum
+            self.running_mean.data = self.running_mean.data * (1 - m) + mean.data * m
+            self.running_var.data = self.running_var.data * (1 - m) + var.data * m
+        else:
+            mean, var = self.running_mean, self.running_var
+            centered = x - mean.reshape(kept).broadcast_to(x.shape)
+        # fold the weight into the inverse std: one (dim,) product instead of a full-size one
+        scale = self.weight * (var + self.eps) ** -0.5
+        return centered * scale.reshape(kept).broadcast_to(x.shape) + self.bias.reshape(kept).broadcast_to(x.shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if len(x.shape) != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"{type(self).__name__}: expected input (batch, {self.dim}), got shape {x.shape}")
+        return self._normalize(x, (0,), (1, self.dim))
+
+
+class BatchNorm2d(BatchNorm1d):
+    """BatchNorm over N, H and W of an NCHW input: one mean/var per channel."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if len(x.shape) != 4 or x.shape[1] != self.dim:
+            raise ValueError(f"BatchNorm2d: expected input (N, {self.dim}, H, W), got shape {x.shape}")
+        return self._normalize(x, (0, 2, 3), (1, self.dim, 1, 1))
+
+
+class LayerNorm1d(Module):
+    """y = w * (x - mean) / sqrt(var + eps) + b over the last axis (dim); any leading axes."""
+
+    def __init__(self, dim, eps=1e-5, device=None, dtype="float32"):
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_last_dim(self, x, self.dim)
+        shape = x.shape
+        kept = shape[:-1] + (1,)
+        axis = len(shape) - 1
+        mean = (x.sum((axis,)) / self.dim).reshape(kept).broadcast_to(shape)
+        centered = x - mean
+        var = ((centered * centered).sum((axis,)) / self.dim).reshape(kept)
+        inv_std = ((var + self.eps) ** -0.5).broadcast_to(shape)
+        lead = (1,) * (len(shape) - 1) + (self.dim,)
+        w = self.weight.reshape(lead).broadcast_to(shape)
+        b = self.bias.reshape(lead).broadcast_to(shape)
+        return centered * inv_std * w + b
+
+
+class Dropout(Module):
+    """Inverted dropout: zero each entry with probability p and scale the rest by 1/(1-p); identity in eval."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        if not 0 <= p < 1:
+            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0:
+            return x
+        mask = init.randb(*x.shape, p=1 - self.p, device=x.device, dtype=x.dtype)
+        return x * mask / (1 - self.p)
+
+
+class Residual(Module):
+    """y = fn(x) + x."""
+
+    def __init__(self, fn: Module):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x) + x

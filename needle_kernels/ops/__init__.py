@@ -1,0 +1,6 @@
+"""Every op of needle_kernels: a class with compute/gradient and a lowercase function."""
+from .ops_tuple import *
+from .ops_mathematic import *
+from .ops_logarithmic import *
+from .ops_conv import *
+from .ops_pooling import *

@@ -1,0 +1,246 @@
+"""Convolution as a matrix product (im2col), and the flip/dilate ops around it.
+
+Layout: images are NHWC ``(N, H, W, C)``, weights ``(K, K, C_in, C_out)``.
+NHWC keeps the channels of one pixel contiguous, so a K x K window of all
+channels is a block that ``as_strided`` can describe without copying:
+
+    cols[n, i, j, ki, kj, c] = A[n, i*s + ki, j*s + kj, c]
+
+with strides ``(sN, s*sH, s*sW, sH, sW, sC)``. Reshaping ``cols`` to
+``(N*Ho*Wo, K*K*C_in)`` is the one copy (im2col proper); multiplying by the
+weight seen as ``(K*K*C_in, C_out)`` is the convolution.
+"""
+from ..autograd import Tensor, TensorOp
+from ..backend_selection import array_api, device_of, element_strides
+from .ops_mathematic import Pad, Reshape, crop, reshape, transpose
+
+
+def _check_axes(axes, ndim, name):
+    if isinstance(axes, int):
+        axes = (axes,)
+    axes = tuple(int(a) % ndim if -ndim <= a < ndim else None for a in axes)
+    if None in axes:
+        raise ValueError(f"{name}: axes out of range for an array of {ndim} dimensions")
+    return axes
+
+
+class Flip(TensorOp):
+    """out = a reversed along ``axes``.  da = flip(g, axes)."""
+
+    def __init__(self, axes):
+        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+
+    def compute(self, a):
+        return array_api.flip(a, _check_axes(self.axes, a.ndim, "flip"))
+
+    def gradient(self, out_grad, node):
+        return flip(out_grad, self.axes)
+
+
+def flip(a, axes):
+    return Flip(axes)(a)
+
+
+class Dilate(TensorOp):
+    """Insert ``dilation`` zeros after every entry along ``axes`` (needle's layout:
+    an axis of n becomes n * (dilation + 1), trailing zeros included).
+
+    da = undilate(g, axes, dilation).
+    """
+
+    def __init__(self, axes, dilation):
+        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+        self.dilation = int(dilation)
+
+    def compute(self, a):
+        if self.dilation == 0:
+            return a
+        axes = _check_axes(self.axes, a.ndim, "dilate")
+        shape = tuple(n * (self.dilation + 1) if i in axes else n for i, n in enumerate(a.shape))
+        out = array_api.full(shape, 0.0, device=device_of(a))
+        out[tuple(slice(None, None, self.dilation + 1) if i in axes else slice(None) for i in range(a.ndim))] = a
+        return out
+
+    def gradient(self, out_grad, node):
+        return undilate(out_grad, self.axes, self.dilation)
+
+
+def dilate(a, axes, dilation):
+    return Dilate(axes, dilation)(a)
+
+
+class UnDilate(TensorOp):
+    """Keep every ``(dilation + 1)``-th entry along ``axes`` (a view).  da = dilate(g, axes, dilation)."""
+
+    def __init__(self, axes, dilation):
+        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+        self.dilation = int(dilation)
+
+    def compute(self, a):
+        if self.dilation == 0:
+            return a
+        axes = _check_axes(self.axes, a.ndim, "undilate")
+        return a[tuple(slice(None, None, self.dilation + 1) if i in axes else slice(None) for i in range(a.ndim))]
+
+    def gradient(self, out_grad, node):
+        return dilate(out_grad, self.axes, self.dilation)
+
+
+def undilate(a, axes, dilation):
+    return UnDilate(axes, dilation)(a)
+
+
+def _window_view(a, kernel_size, stride):
+    """The (N, Ho, Wo, K, K, C) view of NHWC ``a``'s K x K windows: no copy."""
+    n, h, w, c = a.shape
+    k, s = kernel_size, stride
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    if ho <= 0 or wo <= 0:
+        raise ValueError(f"a {k}x{k} window does not fit an input of shape {tuple(a.shape)} (NHWC)")
+    sn, sh, sw, sc = element_strides(a)
+    return array_api.as_strided(a, (n, ho, wo, k, k, c), (sn, sh * s, sw * s, sh, sw, sc))
+
+
+class Im2Col(TensorOp):
+    """out[n, i, j, ki, kj, c] = a[n, i*s + ki, j*s + kj, c] for NHWC ``a`` (a strided view).
+
+    da = col2im(g): every window entry adds its adjoint back to the pixel it read.
+    """
+
+    def __init__(self, kernel_size, stride=1):
+        self.kernel_size = int(kernel_size)
+        self.stride = int(stride)
+
+    def compute(self, a):
+        if a.ndim != 4:
+            raise ValueError(f"im2col: needs an NHWC array, got shape {tuple(a.shape)}")
+        return _window_view(a, self.kernel_size, self.stride)
+
+    def gradient(self, out_grad, node):
+        return col2im(out_grad, node.inputs[0].shape, self.stride)
+
+
+def im2col(a, kernel_size, stride=1):
+    return Im2Col(kernel_size, stride)(a)
+
+
+class Col2Im(TensorOp):
+    """The adjoint of im2col: out (NHWC ``image_shape``) = sum over windows of their entries.
+
+    out[n, i*s + ki, j*s + kj, c] += cols[n, i, j, ki, kj, c]: one strided add per
+    kernel offset (ki, kj), never a loop over pixels.  da = im2col(g).
+    """
+
+    def __init__(self, image_shape, stride=1):
+        self.image_shape = tuple(int(n) for n in image_shape)
+        self.stride = int(stride)
+
+    def compute(self, cols):
+        n, ho, wo, k, _, c = cols.shape
+        s = self.stride
+        out = array_api.full(self.image_shape, 0.0, device=device_of(cols))
+        for ki in range(k):
+            for kj in range(k):
+                window = (slice(None), slice(ki, ki + s * (ho - 1) + 1, s), slice(kj, kj + s * (wo - 1) + 1, s))
+                out[window] = out[window] + cols[:, :, :, ki, kj, :]
+        return out
+
+    def gradient(self, out_grad, node):
+        return im2col(out_grad, node.inputs[0].shape[3], self.stride)
+
+
+def col2im(cols, image_shape, stride=1):
+    return Col2Im(image_shape, stride)(cols)
+
+
+class Conv(TensorOp):
+    """out = conv(A, B): A (N, H, W, C_in) NHWC, B (K, K, C_in, C_out), zero padding p, stride s.
+
+    out[n, i, j, o] = sum_{ki, kj, c} A_pad[n, i*s + ki, j*s + kj, c] * B[ki, kj, c, o]
+    computed as im2col(A_pad) (N*Ho*Wo, K*K*C_in) @ B (K*K*C_in, C_out).
+
+    With G = g as (N*Ho*Wo, C_out) and X the im2col matrix:
+    dB = X^T @ G,  dA = crop(col2im(G @ B^T)), the transposes of the forward product.
+    """
+
+    def __init__(self, stride=1, padding=0):
+        self.stride = int(stride)
+        self.padding = int(padding)
+        if self.stride < 1 or self.padding < 0:
+            raise ValueError(f"conv: stride must be >= 1 and padding >= 0, got {stride} and {padding}")
+
+    def compute(self, A, B):
+        if A.ndim != 4 or B.ndim != 4 or B.shape[0] != B.shape[1] or A.shape[3] != B.shape[2]:
+            raise ValueError(
+                f"conv: input {tuple(A.shape)} (N, H, W, C_in) and weight {tuple(B.shape)} "
+                "(K, K, C_in, C_out) do not match"
+            )
+        p = self.padding
+        if p:
+            A = array_api.pad(A, ((0, 0), (p, p), (p, p), (0, 0)))
+        k, c_out = B.shape[0], B.shape[3]
+        view = _window_view(A, k, self.stride)
+        n, ho, wo = view.shape[:3]
+        cols = array_api.reshape(view, (n * ho * wo, k * k * A.shape[3]))
+        # kept for the gradient, which needs exactly these arrays again
+        self._padded, self._cols = A, cols
+        out = cols @ array_api.reshape(B, (k * k * A.shape[3], c_out))
+        return array_api.reshape(out, (n, ho, wo, c_out))
+
+    def gradient(self, out_grad, node):
+        A, B = node.inputs
+        k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
+        n, ho, wo = out_grad.shape[:3]
+        p = self.padding
+        # Rebuild the forward's im2col chain as graph nodes around the arrays
+        # already computed, so dB stays differentiable with respect to A.
+        pad_width = ((0, 0), (p, p), (p, p), (0, 0))
+        padded = Tensor.make_with_data(Pad(pad_width), [A], self._padded) if p else A
+        windows = Tensor.make_with_data(
+            Im2Col(k, self.stride), [padded], _window_view(self._padded, k, self.stride)
+        )
+        cols = Tensor.make_with_data(Reshape(self._cols.shape), [windows], self._cols)
+        grad2d = reshape(out_grad, (n * ho * wo, c_out))
+        dB = reshape(transpose(cols) @ grad2d, B.shape)
+        dcols = reshape(grad2d @ transpose(reshape(B, (k * k * c_in, c_out))), (n, ho, wo, k, k, c_in))
+        dA = col2im(dcols, self._padded.shape, self.stride)
+        return (crop(dA, pad_width) if p else dA), dB
+
+
+def conv(a, b, stride=1, padding=1):
+    return Conv(stride, padding)(a, b)
+
+
+def conv_transpose(a, b, stride=1, padding=0, output_padding=0):
+    """The transpose (adjoint) of ``conv``: a (N, H, W, C_in) NHWC, b (K, K, C_out, C_in).
+
+    ``conv_transpose(g, B)`` is the gradient of ``conv(x, B)`` with respect to x:
+    each input pixel scatters ``a[n, i, j, :] @ B[ki, kj].T`` to the output at
+    (i*s + ki - p, j*s + kj - p). Output size (H - 1)*s - 2p + K + output_padding,
+    as torch's ConvTranspose2d.
+    """
+    from .ops_mathematic import pad as pad_op
+
+    n, h, w, c_in = a.shape
+    k, k2, c_out, c_in_b = b.shape
+    if k != k2 or c_in != c_in_b:
+        raise ValueError(
+            f"conv_transpose: input {tuple(a.shape)} (N, H, W, C_in) and weight {tuple(b.shape)} "
+            "(K, K, C_out, C_in) do not match"
+        )
+    if not 0 <= output_padding < stride:
+        raise ValueError(f"conv_transpose: output_padding {output_padding} must be smaller than stride {stride}")
+    full_h, full_w = (h - 1) * stride + k, (w - 1) * stride + k
+    out_h, out_w = full_h - 2 * padding + output_padding, full_w - 2 * padding + output_padding
+    if out_h <= 0 or out_w <= 0:
+        raise ValueError(f"conv_transpose: padding {padding} leaves no output for input {tuple(a.shape)}")
+    # (N*H*W, C_in) @ (C_in, K*K*C_out): one product, then scatter the windows
+    weight = reshape(transpose(b, (3, 0, 1, 2)), (c_in, k * k * c_out))
+    cols = reshape(reshape(a, (n * h * w, c_in)) @ weight, (n, h, w, k, k, c_out))
+    full = col2im(cols, (n, full_h, full_w, c_out), stride)
+    # crop `padding` from the start; the end is cropped or zero-padded to the output size
+    hi_h, hi_w = full_h - padding - out_h, full_w - padding - out_w
+    out = crop(full, ((0, 0), (padding, max(hi_h, 0)), (padding, max(hi_w, 0)), (0, 0)))
+    if hi_h < 0 or hi_w < 0:
+        out = pad_op(out, ((0, 0), (0, max(-hi_h, 0)), (0, max(-hi_w, 0)), (0, 0)))
+    return out

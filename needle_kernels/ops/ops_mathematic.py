@@ -1,0 +1,590 @@
+"""Element-wise, shape and linear-algebra ops.
+
+Each op is a class with ``compute`` (on arrays of the selected array API) and
+``gradient`` (on Tensors, returning one partial adjoint per input), plus a
+lowercase function. ``g`` in the docstrings is ``out_grad``, the adjoint of
+the op's output. Gradients are written with ops, so they can be
+differentiated again.
+"""
+import numpy
+
+from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
+from ..backend_selection import array_api, device_of
+from .ops_tuple import make_tuple
+
+
+# ---------------------------------------------------------------- helpers
+
+def _broadcast_shape(name, a, b):
+    """numpy's broadcast of two shapes, or a ValueError naming both."""
+    if a == b:
+        return tuple(a)
+    try:
+        return tuple(numpy.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        raise ValueError(f"{name}: shapes {tuple(a)} and {tuple(b)} cannot be broadcast together") from None
+
+
+def _unbroadcast(grad, shape):
+    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``.
+
+    The adjoint of a broadcast is a sum: every copy of an input element sent
+    its own contribution.
+    """
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    lead = len(grad.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, n in enumerate(shape) if n == 1 and grad.shape[i + lead] != 1
+    )
+    return reshape(summation(grad, axes), shape)
+
+
+def _normalize_axes(axes, ndim, name):
+    """``axes`` (None, int or tuple) as a sorted tuple of non-negative ints."""
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, (int, numpy.integer)):
+        axes = (axes,)
+    out = []
+    for ax in axes:
+        if not -ndim <= ax < ndim:
+            raise ValueError(f"{name}: axis {ax} is out of range for an array of {ndim} dimensions")
+        out.append(int(ax) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: repeated axis in {tuple(axes)}")
+    return tuple(sorted(out))
+
+
+def _float_mask(mask):
+    # NDArray comparisons already give 0.0/1.0 floats; numpy gives booleans
+    return mask.astype(numpy.float32) if isinstance(mask, numpy.ndarray) else mask
+
+
+def _const(array):
+    return Tensor.make_const(array)
+
+
+# ---------------------------------------------------------------- element-wise
+
+class EWiseAdd(TensorOp):
+    """out = a + b (numpy broadcasting).  da = g, db = g, each summed back to its input's shape."""
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            _broadcast_shape("add", a.shape, b.shape)
+        return a + b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return _unbroadcast(out_grad, a.shape), _unbroadcast(out_grad, b.shape)
+
+
+def add(a, b):
+    return EWiseAdd()(a, b)
+
+
+class AddScalar(TensorOp):
+    """out = a + c.  da = g."""
+
+    def __init__(self, scalar):
+        self.scalar = float(scalar)
+
+    def compute(self, a):
+        return a + self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad
+
+
+def add_scalar(a, scalar):
+    return AddScalar(scalar)(a)
+
+
+class EWiseMul(TensorOp):
+    """out = a * b (broadcasting).  da = g * b, db = g * a."""
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            _broadcast_shape("multiply", a.shape, b.shape)
+        return a * b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return _unbroadcast(out_grad * b, a.shape), _unbroadcast(out_grad * a, b.shape)
+
+
+def multiply(a, b):
+    return EWiseMul()(a, b)
+
+
+class MulScalar(TensorOp):
+    """out = c * a.  da = c * g."""
+
+    def __init__(self, scalar):
+        self.scalar = float(scalar)
+
+    def compute(self, a):
+        return a * self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad * self.scalar
+
+
+def mul_scalar(a, scalar):
+    return MulScalar(scalar)(a)
+
+
+class EWisePow(TensorOp):
+    """out = a ** b element-wise, for a > 0 (computed as exp(b log a)).
+
+    da = g * b * a**(b-1),  db = g * a**b * log(a).
+    """
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            _broadcast_shape("power", a.shape, b.shape)
+        return array_api.exp(array_api.log(a) * b)
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        da = out_grad * b * power(a, b - 1.0)
+        db = out_grad * node * log(a)
+        return _unbroadcast(da, a.shape), _unbroadcast(db, b.shape)
+
+
+def power(a, b):
+    return EWisePow()(a, b)
+
+
+class PowerScalar(TensorOp):
+    """out = a ** c for a constant c.  da = g * c * a**(c-1)."""
+
+    def __init__(self, scalar):
+        self.scalar = scalar if isinstance(scalar, int) else float(scalar)
+
+    def compute(self, a):
+        return a ** self.scalar
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        if self.scalar == 0:
+            return out_grad * 0.0
+        return out_grad * (power_scalar(a, self.scalar - 1) * self.scalar)
+
+
+def power_scalar(a, scalar):
+    return PowerScalar(scalar)(a)
+
+
+class EWiseDiv(TensorOp):
+    """out = a / b (broadcasting).  da = g / b,  db = -g * a / b**2 = -g * out / b."""
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            _broadcast_shape("divide", a.shape, b.shape)
+        return a / b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        da = out_grad / b  # already the output's shape, even when a was broadcast
+        db = -(da * node)
+        return _unbroadcast(da, a.shape), _unbroadcast(db, b.shape)
+
+
+def divide(a, b):
+    return EWiseDiv()(a, b)
+
+
+class DivScalar(TensorOp):
+    """out = a / c.  da = g / c."""
+
+    def __init__(self, scalar):
+        self.scalar = float(scalar)
+
+    def compute(self, a):
+        return a / self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad / self.scalar
+
+
+def divide_scalar(a, scalar):
+    return DivScalar(scalar)(a)
+
+
+class Negate(TensorOp):
+    """out = -a.  da = -g."""
+
+    def compute(self, a):
+        return -a
+
+    def gradient(self, out_grad, node):
+        return -out_grad
+
+
+def negate(a):
+    return Negate()(a)
+
+
+class Log(TensorOp):
+    """out = log(a).  da = g / a."""
+
+    def compute(self, a):
+        return array_api.log(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad / node.inputs[0]
+
+
+def log(a):
+    return Log()(a)
+
+
+class Exp(TensorOp):
+    """out = exp(a).  da = g * exp(a) = g * out."""
+
+    def compute(self, a):
+        return array_api.exp(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * node
+
+
+def exp(a):
+    return Exp()(a)
+
+
+class ReLU(TensorOp):
+    """out = max(a, 0).  da = g * [a > 0] (the mask is a constant: relu'' = 0)."""
+
+    def compute(self, a):
+        return array_api.maximum(a, 0.0)
+
+    def gradient(self, out_grad, node):
+        return out_grad * _const(_float_mask(node.inputs[0].realize_cached_data() > 0))
+
+
+def relu(a):
+    return ReLU()(a)
+
+
+class Tanh(TensorOp):
+    """out = tanh(a).  da = g * (1 - out**2)."""
+
+    def compute(self, a):
+        return array_api.tanh(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * (1.0 - node * node)
+
+
+def tanh(a):
+    return Tanh()(a)
+
+
+class Sigmoid(TensorOp):
+    """out = 1 / (1 + exp(-a)).  da = g * out * (1 - out).
+
+    Computed as (tanh(a/2) + 1) / 2, which never overflows (exp(-a) does for a << 0).
+    """
+
+    def compute(self, a):
+        return (array_api.tanh(a * 0.5) + 1.0) * 0.5
+
+    def gradient(self, out_grad, node):
+        return out_grad * node * (1.0 - node)
+
+
+def sigmoid(a):
+    return Sigmoid()(a)
+
+
+# ---------------------------------------------------------------- shapes
+
+class Transpose(TensorOp):
+    """Swap two axes (default the last two); a full permutation if ``axes`` names every axis.
+
+    The adjoint of a swap is the same swap; of a permutation, the inverse permutation.
+    """
+
+    def __init__(self, axes=None):
+        self.axes = None if axes is None else tuple(int(x) for x in axes)
+
+    def _perm(self, ndim):
+        if self.axes is None:
+            if ndim < 2:
+                raise ValueError(f"transpose: needs at least 2 dimensions, got {ndim}")
+            i, j = ndim - 2, ndim - 1
+        elif len(self.axes) == 2:
+            i, j = (_normalize_axes((ax,), ndim, "transpose")[0] for ax in self.axes)
+        else:
+            if sorted(ax % ndim for ax in self.axes) != list(range(ndim)) or len(self.axes) != ndim:
+                raise ValueError(f"transpose: axes {self.axes} are not a permutation of {ndim} axes")
+            return tuple(ax % ndim for ax in self.axes)
+        perm = list(range(ndim))
+        perm[i], perm[j] = perm[j], perm[i]
+        return tuple(perm)
+
+    def compute(self, a):
+        return array_api.transpose(a, self._perm(a.ndim))
+
+    def gradient(self, out_grad, node):
+        perm = self._perm(len(out_grad.shape))
+        return transpose(out_grad, tuple(int(k) for k in numpy.argsort(perm)))
+
+
+def transpose(a, axes=None):
+    return Transpose(axes)(a)
+
+
+def _resolve_shape(shape, old_shape, name="reshape"):
+    size = int(numpy.prod(old_shape))
+    shape = tuple(int(n) for n in shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"{name}: only one dimension can be -1 in {shape}")
+    if -1 in shape:
+        known = int(numpy.prod([n for n in shape if n != -1]))
+        if known == 0 or size % known:
+            raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} into shape {shape}")
+        shape = tuple(size // known if n == -1 else n for n in shape)
+    if int(numpy.prod(shape)) != size:
+        raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} into shape {shape}")
+    return shape
+
+
+class Reshape(TensorOp):
+    """out = a viewed with a new shape (one entry may be -1).  da = reshape(g, a.shape)."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def compute(self, a):
+        shape = _resolve_shape(self.shape, a.shape)
+        if tuple(a.shape) == shape:
+            return a
+        return array_api.reshape(a, shape)
+
+    def gradient(self, out_grad, node):
+        return reshape(out_grad, node.inputs[0].shape)
+
+
+def reshape(a, shape):
+    return Reshape(shape)(a)
+
+
+class BroadcastTo(TensorOp):
+    """out = a repeated along new leading axes and axes of length 1 (a view).
+
+    da = g summed over those axes.
+    """
+
+    def __init__(self, shape):
+        self.shape = tuple(int(n) for n in shape)
+
+    def compute(self, a):
+        if tuple(a.shape) == self.shape:
+            return a
+        if _broadcast_shape("broadcast_to", a.shape, self.shape) != self.shape:
+            raise ValueError(f"broadcast_to: cannot broadcast shape {tuple(a.shape)} to {self.shape}")
+        return array_api.broadcast_to(a, self.shape)
+
+    def gradient(self, out_grad, node):
+        return _unbroadcast(out_grad, node.inputs[0].shape)
+
+
+def broadcast_to(a, shape):
+    return BroadcastTo(shape)(a)
+
+
+class Summation(TensorOp):
+    """out = sum of a over ``axes`` (None: all).  da = g broadcast back along the summed axes."""
+
+    def __init__(self, axes=None):
+        if isinstance(axes, (int, numpy.integer)):
+            axes = (int(axes),)
+        self.axes = None if axes is None else tuple(axes)
+
+    def compute(self, a):
+        axes = _normalize_axes(self.axes, a.ndim, "summation")
+        if not axes:
+            return a
+        return array_api.sum(a, axis=axes)
+
+    def gradient(self, out_grad, node):
+        shape = node.inputs[0].shape
+        axes = _normalize_axes(self.axes, len(shape), "summation")
+        kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+        return broadcast_to(reshape(out_grad, kept), shape)
+
+
+def summation(a, axes=None):
+    return Summation(axes)(a)
+
+
+class Max(TensorOp):
+    """out = max of a over ``axes``.  da = g where a equals the max (ties all receive g)."""
+
+    def __init__(self, axes=None):
+        if isinstance(axes, (int, numpy.integer)):
+            axes = (int(axes),)
+        self.axes = None if axes is None else tuple(axes)
+
+    def compute(self, a):
+        axes = _normalize_axes(self.axes, a.ndim, "amax")
+        if not axes:
+            return a
+        return array_api.max(a, axis=axes)
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        axes = _normalize_axes(self.axes, len(a.shape), "amax")
+        kept = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
+        top = array_api.broadcast_to(array_api.reshape(node.realize_cached_data(), kept), a.shape)
+        mask = _const(_float_mask(a.realize_cached_data() == top))
+        return broadcast_to(reshape(out_grad, kept), a.shape) * mask
+
+
+def amax(a, axes=None):
+    """The maximum over ``axes`` (differentiable; used by max pooling)."""
+    return Max(axes)(a)
+
+
+# ---------------------------------------------------------------- linear algebra
+
+class MatMul(TensorOp):
+    """out = a @ b, batched over leading axes with numpy broadcasting.
+
+    da = g @ b^T,  db = a^T @ g (transposing the last two axes), each summed
+    over the batch axes its input was broadcast along.
+    """
+
+    def compute(self, a, b):
+        if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not aligned")
+        if (a.ndim > 2 or b.ndim > 2) and a.shape[:-2] != b.shape[:-2]:
+            try:
+                numpy.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+            except ValueError:
+                raise ValueError(
+                    f"matmul: batch dimensions of {tuple(a.shape)} and {tuple(b.shape)} cannot be broadcast"
+                ) from None
+        return a @ b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        da = out_grad @ transpose(b)
+        db = transpose(a) @ out_grad
+        return _unbroadcast(da, a.shape), _unbroadcast(db, b.shape)
+
+
+def matmul(a, b):
+    """a @ b; a 1-D operand is treated as a row (left) or column (right) vector, as numpy does."""
+    if len(a.shape) == 1 and len(b.shape) == 1:
+        return reshape(MatMul()(reshape(a, (1, -1)), reshape(b, (-1, 1))), ())
+    if len(a.shape) == 1:
+        out = MatMul()(reshape(a, (1, -1)), b)
+        return reshape(out, out.shape[:-2] + out.shape[-1:])
+    if len(b.shape) == 1:
+        out = MatMul()(a, reshape(b, (-1, 1)))
+        return reshape(out, out.shape[:-1])
+    return MatMul()(a, b)
+
+
+# ---------------------------------------------------------------- stack / split
+
+class Stack(TensorOp):
+    """out = the input Tensors (one TensorTuple input) stacked along a new ``axis``.
+
+    The adjoint is ``split(g, axis)``.
+    """
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def compute(self, args):
+        if len(args) == 0:
+            raise ValueError("stack: needs at least one tensor")
+        shapes = {tuple(x.shape) for x in args}
+        if len(shapes) > 1:
+            raise ValueError(f"stack: all tensors must have the same shape, got {[tuple(x.shape) for x in args]}")
+        return array_api.stack(list(args), axis=self.axis)
+
+    def gradient(self, out_grad, node):
+        return split(out_grad, self.axis)
+
+
+def stack(args, axis):
+    if not isinstance(args, TensorTuple):
+        args = make_tuple(*args)
+    return Stack(axis)(args)
+
+
+class Split(TensorTupleOp):
+    """out = the slices of a along ``axis`` (that axis removed), as a TensorTuple.
+
+    The adjoint is ``stack(g, axis)``.
+    """
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def compute(self, a):
+        axis = _normalize_axes(self.axis, a.ndim, "split")[0]
+        lead = (slice(None),) * axis
+        return tuple(a[lead + (i,)] for i in range(a.shape[axis]))
+
+    def gradient(self, out_grad, node):
+        return stack(out_grad, self.axis)
+
+
+def split(a, axis):
+    return Split(axis)(a)
+
+
+# ---------------------------------------------------------------- pad / crop
+
+def _check_pad_width(pad_width, ndim, name):
+    pad_width = tuple((int(lo), int(hi)) for lo, hi in pad_width)
+    if len(pad_width) != ndim or any(lo < 0 or hi < 0 for lo, hi in pad_width):
+        raise ValueError(f"{name}: pad_width {pad_width} needs one non-negative (lo, hi) per axis of {ndim}")
+    return pad_width
+
+
+class Pad(TensorOp):
+    """out = a with ``pad_width[i] = (lo, hi)`` zeros added before/after axis i.  da = crop(g, pad_width)."""
+
+    def __init__(self, pad_width):
+        self.pad_width = tuple((int(lo), int(hi)) for lo, hi in pad_width)
+
+    def compute(self, a):
+        _check_pad_width(self.pad_width, a.ndim, "pad")
+        return array_api.pad(a, self.pad_width)
+
+    def gradient(self, out_grad, node):
+        return crop(out_grad, self.pad_width)
+
+
+def pad(a, pad_width):
+    return Pad(pad_width)(a)
+
+
+class Crop(TensorOp):
+    """out = a without ``(lo, hi)`` entries at the ends of each axis (a view).  da = pad(g, pad_width)."""
+
+    def __init__(self, pad_width):
+        self.pad_width = tuple((int(lo), int(hi)) for lo, hi in pad_width)
+
+    def compute(self, a):
+        _check_pad_width(self.pad_width, a.ndim, "crop")
+        if any(lo + hi > n for (lo, hi), n in zip(self.pad_width, a.shape)):
+            raise ValueError(f"crop: cannot remove {self.pad_width} from shape {tuple(a.shape)}")
+        return a[tuple(slice(lo, n - hi) for (lo, hi), n in zip(self.pad_width, a.shape))]
+
+    def gradient(self, out_grad, node):
+        return pad(out_grad, self.pad_width)
+
+
+def crop(a, pad_width):
+    return Crop(pad_width)(a)

@@ -1,0 +1,118 @@
+"""Optimizers. Updates are computed on the arrays behind ``.data``: no graph is
+built and no Tensor outlives a step (``autograd.TENSOR_COUNTER`` stays flat)."""
+import math
+
+from .autograd import Tensor
+
+
+class Optimizer:
+    def __init__(self, params):
+        self.params = list(params)
+
+    def step(self):
+        raise NotImplementedError()
+
+    def reset_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    zero_grad = reset_grad
+
+    def clip_grad_norm(self, max_norm=0.25):
+        """Scale all gradients so their joint L2 norm is at most ``max_norm``."""
+        return clip_grad_norm(self.params, max_norm)
+
+
+def _grad(p, weight_decay):
+    """The gradient array of p, with L2 weight decay ``weight_decay * p`` added."""
+    grad = p.grad.realize_cached_data()
+    if weight_decay:
+        grad = grad + p.realize_cached_data() * weight_decay
+    return grad
+
+
+def _assign(p, array):
+    # through .data, as needle's optimizers do; the temporary Tensor dies here
+    p.data = Tensor.make_const(array)
+
+
+class SGD(Optimizer):
+    """p -= lr * u with u = momentum * u + (1 - momentum) * (grad + weight_decay * p).
+
+    Momentum is an exponential moving average (needle's convention; torch's SGD
+    accumulates u = momentum * u + grad instead).
+    """
+
+    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0):
+        super().__init__(params)
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.u = {}
+
+    def step(self):
+        for p in self.params:
+            if p.grad is None:
+                continue
+            grad = _grad(p, self.weight_decay)
+            if self.momentum:
+                prev = self.u.get(p)
+                grad = grad * (1 - self.momentum) if prev is None else prev * self.momentum + grad * (1 - self.momentum)
+                self.u[p] = grad
+            _assign(p, p.realize_cached_data() - grad * self.lr)
+
+
+class Adam(Optimizer):
+    """Adam with bias correction and L2 weight decay added to the gradient:
+
+    m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,
+    p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+    """
+
+    def __init__(self, params, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+        super().__init__(params)
+        self.lr = lr
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.weight_decay = weight_decay
+        self.t = 0
+        self.m = {}
+        self.v = {}
+
+    def step(self):
+        self.t += 1
+        b1, b2 = self.beta1, self.beta2
+        c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        for p in self.params:
+            if p.grad is None:
+                continue
+            grad = _grad(p, self.weight_decay)
+            m, v = self.m.get(p), self.v.get(p)
+            m = grad * (1 - b1) if m is None else m * b1 + grad * (1 - b1)
+            v = (grad * grad) * (1 - b2) if v is None else v * b2 + (grad * grad) * (1 - b2)
+            self.m[p], self.v[p] = m, v
+            step = (m * (self.lr / c1)) / ((v * (1.0 / c2)) ** 0.5 + self.eps)
+            _assign(p, p.realize_cached_data() - step)
+
+
+def clip_grad_norm(params, max_norm):
+    """Scale the gradients of ``params`` in place so that their joint L2 norm is at
+    most ``max_norm`` (as torch.nn.utils.clip_grad_norm_); returns the norm before."""
+    params = [p for p in params if p.grad is not None]
+    total = 0.0
+    for p in params:
+        g = p.grad.realize_cached_data()
+        total += _sq(g)
+    norm = math.sqrt(total)
+    scale = max_norm / (norm + 1e-6)
+    if scale < 1:
+        for p in params:
+            p.grad = Tensor.make_const(p.grad.realize_cached_data() * scale)
+    return norm
+
+
+def _sq(array):
+    """The sum of squares of an array, as a Python float."""
+    s = (array * array).sum()
+    return float(s.numpy() if hasattr(s, "numpy") else s)
