@@ -32,7 +32,9 @@ for pyx in sorted(glob.glob("needle_kernels/**/*.pyx", recursive=True)):
         Extension(
             name,
             [pyx],
-            include_dirs=[np.get_include()],
+            # C helper headers next to the .pyx: a change to one rebuilds the module
+            depends=sorted(glob.glob(os.path.join(os.path.dirname(pyx), "*.h"))),
+            include_dirs=[np.get_include(), os.path.dirname(pyx)],
             extra_compile_args=compile_args,
             extra_link_args=link_args,
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -14,6 +14,7 @@ Executions are keyed by content, so the results do not depend on N, a re-run onl
 regrades, and a run killed at any point resumes where it stopped.
 """
 
+import logging
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -58,7 +59,7 @@ def _run_nbgrader(course, assignment, exclude, overrides: Config, log):
     coursedir.student_id_exclude = ",".join(exclude)
     app = Autograde(coursedir=coursedir, config=cfg)
     app.force = True
-    app.log = log
+    app.log = logging.getLogger("grader.nbgrader")
     try:
         app.start()
     except Exception as err:  # noqa: BLE001 - per-student failures are reported from the results

@@ -20,6 +20,15 @@ FEEDBACK_PREPROCESSORS = [
     "nbgrader.preprocessors.GetGrades", "grader.feedback.HideHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
 
+SANITIZE_PREPROCESSORS = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "grader.nbgrader_fixes.DropEmptyNbgraderMetadata",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 AUTOGRADE_PREPROCESSORS = [
     "grader.sandbox.execute.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
@@ -47,6 +56,7 @@ c.Sandbox.max_processes = 64
 c.Sandbox.max_file_mb = 64
 c.Sandbox.notebook_budget = 600    # seconds per notebook
 c.Execute.timeout = 30             # seconds per cell
+c.Autograde.sanitize_preprocessors = {sanitize!r}
 c.Autograde.autograde_preprocessors = {preprocessors!r}
 c.Autograde.exclude_overwriting = {{}}
 # A deleted test cell is put back and run, so deleting a test never helps.
@@ -165,7 +175,7 @@ def init_course(directory, course_id: str, exchange=None, kernel_name="python3",
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     (root / CONFIG_FILE).write_text(CONFIG_TEMPLATE.format(
         course_id=course_id, db_url=db_url, exchange=exchange, kernel_name=kernel_name,
-        preprocessors=AUTOGRADE_PREPROCESSORS, feedback_preprocessors=FEEDBACK_PREPROCESSORS))
+        preprocessors=AUTOGRADE_PREPROCESSORS, sanitize=SANITIZE_PREPROCESSORS, feedback_preprocessors=FEEDBACK_PREPROCESSORS))
     course = load_course(root)
     with course.gradebook():
         pass  # creates the gradebook schema

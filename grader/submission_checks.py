@@ -30,8 +30,8 @@ def check_notebook(nb, name: str, kernel_name: str, expected_ids) -> list:
                   for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("grade_id"))
     for grade_id, count in sorted(ids.items()):
         if count > 1:
-            found.append(f"{name}: grade id {grade_id!r} appears {count} times; only the first "
-                         "copy is graded")
+            found.append(f"{name}: grade id {grade_id!r} appears {count} times; only one copy "
+                         "is graded")
     missing = sorted(set(expected_ids) - set(ids))
     if missing:
         found.append(f"{name}: cells {', '.join(missing)} were deleted; they were restored from "

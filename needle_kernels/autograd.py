@@ -191,7 +191,9 @@ class Tensor(Value):
             else:
                 cached_data = Tensor._array_from_numpy(array.numpy(), device=device, dtype=dtype)
         else:
-            device = device if device is not None else default_device()
+            if device is None:
+                # an NDArray stays where it is; anything else goes to the default device
+                device = array.device if isinstance(array, NDArray) and BACKEND == "nd" else default_device()
             cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
 

@@ -35,4 +35,4 @@ def cpu():
     threads = module.get_num_threads()
     yield module
     module.set_num_threads(threads)
-    module.set_gemm_kernel(None)
+    module.set_isa(None)

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from backend_cases import get, put
 
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 
 def test_set_and_get_num_threads(cpu):
     cpu.set_num_threads(1)
@@ -71,10 +73,12 @@ def _kernels(cpu, n):
     }
 
 
-@pytest.mark.parametrize("kernel", list(_kernels.__code__.co_consts[-1]) if False else [
-    "fill", "ewise_add", "scalar_mul", "ewise_exp", "compact (transpose)", "compact (flip)", "ewise_setitem",
-    "reduce_sum (rows)", "reduce_sum (all)", "reduce_max_axis (first)", "matmul", "matmul_batched",
-    "matmul_tiled"])
+KERNELS = ["fill", "ewise_add", "scalar_mul", "ewise_exp", "compact (transpose)", "compact (flip)", "ewise_setitem",
+           "reduce_sum (rows)", "reduce_sum (all)", "reduce_max_axis (first)", "matmul", "matmul_batched",
+           "matmul_tiled"]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_large_kernels_use_every_thread(cpu, kernel):
     run = _kernels(cpu, 512)[kernel]
     cpu.set_num_threads(2)
@@ -109,10 +113,10 @@ def test_every_gemm_kernel(cpu, m, n, p):
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
     want = a @ b
-    assert cpu.gemm_kernels()[-1] == "generic"
-    for name in cpu.gemm_kernels():
-        cpu.set_gemm_kernel(name)
-        assert cpu.gemm_kernel()["name"] == name
+    assert cpu.available_isas()[-1] == "generic"
+    for name in cpu.available_isas():
+        cpu.set_isa(name)
+        assert cpu.isa()["name"] == name
         for threads in (1, 2):
             cpu.set_num_threads(threads)
             out = cpu.Array(m * p)
@@ -120,6 +124,22 @@ def test_every_gemm_kernel(cpu, m, n, p):
             np.testing.assert_allclose(get(cpu, out).reshape(m, p), want, rtol=1e-4, atol=1e-4 * n**0.5)
 
 
-def test_unknown_gemm_kernel(cpu):
+@pytest.mark.parametrize("fn", ["ewise_exp", "ewise_log", "ewise_tanh", "reduce_max"])
+@pytest.mark.parametrize("n", [1, 15, 17, 1000, 70001])
+def test_every_isa_for_exp_log_tanh_max(cpu, fn, n):
+    rng = np.random.default_rng(n)
+    x = np.concatenate([(rng.standard_normal(n) * 30), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, 88.8, -104]])
+    x = x.astype(np.float32)[: max(n, 1)]
+    if fn == "ewise_log":
+        x = np.abs(x)
+    want = {"ewise_exp": np.exp, "ewise_log": np.log, "ewise_tanh": np.tanh, "reduce_max": np.max}[fn](x)
+    for name in cpu.available_isas():
+        cpu.set_isa(name)
+        out = cpu.Array(1 if fn == "reduce_max" else x.size)
+        getattr(cpu, fn)(put(cpu, x), out, *([x.size] if fn == "reduce_max" else []))
+        np.testing.assert_allclose(get(cpu, out), np.atleast_1d(want), rtol=4e-6, atol=1e-37, err_msg=name)
+
+
+def test_unknown_isa(cpu):
     with pytest.raises(ValueError, match="unknown"):
-        cpu.set_gemm_kernel("sse9")
+        cpu.set_isa("sse9")

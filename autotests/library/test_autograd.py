@@ -172,3 +172,24 @@ def test_numpy_mode_runs_a_training_step():
     result = _run(code, "np")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["cpu()", "False"]
+
+
+def test_graph_pictures(device):
+    x = T(np.ones((2, 3)), device)
+    w = T(np.ones((3, 4)), device)
+    y = ndl.relu(x @ w).sum()
+    text = ndl.viz.graph_text(y)
+    assert text.splitlines() == [
+        "%0 = leaf  shape (2, 3), requires_grad",
+        "%1 = leaf  shape (3, 4), requires_grad",
+        "%2 = MatMul(%0, %1)  shape (2, 4)",
+        "%3 = ReLU(%2)  shape (2, 4)",
+        "%4 = Summation(%3)  shape ()",
+    ]
+    dot = ndl.viz.graph_dot(y)
+    assert dot.startswith("digraph") and dot.count("->") == 4
+    fig = ndl.viz.draw_graph(y, backend="matplotlib")
+    labels = [t.get_text() for t in fig.axes[0].texts if t.get_text()]  # arrows are empty annotations
+    assert len(labels) == 5 and labels[2].startswith("%2 MatMul")
+    with pytest.raises(ValueError):
+        ndl.viz.draw_graph(y, backend="ascii")

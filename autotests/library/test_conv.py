@@ -170,3 +170,10 @@ def test_pool_modules(device):
     x = ndl.Tensor(rand(1, 2, 4, 4), device=device)
     assert ndl.nn.MaxPool2d(2)(x).shape == (1, 2, 2, 2)
     np.testing.assert_allclose(ndl.nn.AvgPool2d(2)(x).numpy(), np_pool(x.numpy(), 2, 2, np.mean), rtol=1e-5)
+
+
+def test_conv_on_an_offset_view(device):
+    # a cropped input is a view with a non-zero offset: the windows must start there
+    check_op(lambda a, b: ndl.conv(ndl.crop(a, ((0, 0), (1, 1), (2, 0), (0, 0))), b, stride=2, padding=0),
+             lambda a, b: np_conv(a[:, 1:-1, 2:, :], b, 2, 0), rand(1, 7, 7, 2), rand(3, 3, 2, 2), device=device,
+             rtol=1e-4, atol=1e-4)

@@ -169,10 +169,8 @@ def test_sgd(device):
            lambda p: torch.optim.SGD(p, lr=0.5, weight_decay=0.01), device)
 
 
-def test_sgd_momentum_is_torch_momentum_with_dampening(device):
-    # needle's EMA momentum u = b u + (1 - b) g is torch's SGD with dampening = b
-    _train(lambda p: optim.SGD(p, lr=0.5, momentum=0.9),
-           lambda p: torch.optim.SGD(p, lr=0.5, momentum=0.9, dampening=0.9), device)
+# SGD momentum is not cross-checked: needle's EMA starts from u = 0 ((1 - b) g on the
+# first step) while torch starts its buffer at g; test_optim checks the formula.
 
 
 def test_clip_grad_norm(device):

@@ -48,7 +48,16 @@ def main():
         stash[path] = f"/mnt/keep{i}"
         os.makedirs(stash[path])
         mount(path, stash[path], None, MS_BIND | MS_REC)
-    for path in spec["hide"] + ["/tmp"]:
+    # a directory the sandbox uid cannot traverse (e.g. /root holding the interpreter)
+    # is replaced by an empty one, through which the kept paths are bound again
+    closed = set()
+    for path in spec["keep"]:
+        parent = os.path.dirname(path)
+        while parent not in ("/", ""):
+            if not os.stat(parent).st_mode & 0o001:
+                closed.add(parent)
+            parent = os.path.dirname(parent)
+    for path in sorted(closed) + spec["hide"] + ["/tmp"]:
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", 0, f"size={spec['tmp_mb']}m,mode=1777")
     for path in spec["keep"]:

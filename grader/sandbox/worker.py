@@ -1,4 +1,8 @@
-"""Execute one notebook inside the sandbox with nbgrader's Execute preprocessor.
+"""Execute one notebook inside the sandbox, the way nbgrader's Execute preprocessor does.
+
+nbgrader's `Execute` is nbclient's `NotebookClient` with four settings and one hook;
+they are repeated here on nbclient directly because importing nbgrader (its
+gradebook, SQLAlchemy, nbconvert) would add seconds to every sandbox start.
 
 Usage: python worker.py JOB_DIR
 
@@ -43,8 +47,22 @@ def main() -> int:
     install_kernelspec(spec, os.path.dirname(os.path.abspath(__file__)))
 
     import nbformat
+    from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
-    from nbgrader.preprocessors import Execute
+    from nbformat import NotebookNode
+
+    class Execute(NotebookClient):
+        """nbgrader.preprocessors.Execute: errors never stop the run, timeouts interrupt."""
+
+        def on_cell_executed(self, **kwargs):
+            cell, reply = kwargs["cell"], kwargs["execute_reply"]
+            content = reply["content"]
+            if content["status"] == "error" and not any(
+                    out.output_type == "error" and out.ename == content["ename"] for out in cell.outputs):
+                cell.outputs.append(NotebookNode(
+                    output_type="error", ename=content["ename"], evalue=content["evalue"],
+                    traceback=content["traceback"] or ["ERROR: An error occurred while showtraceback "
+                                                       "was disabled"]))
 
     nb = nbformat.read(str(job / "in.ipynb"), as_version=nbformat.NO_CONVERT)
     workdir = str(job / "work")
@@ -55,12 +73,14 @@ def main() -> int:
         write_atomic(job / "out.ipynb", nbformat.writes(nb))
         write_atomic(job / "status.json", json.dumps(status))
 
-    ep = Execute(timeout=spec["cell_timeout"], kernel_name=spec["kernel_name"],
-                 startup_timeout=spec["startup_timeout"], extra_arguments=spec["extra_arguments"])
-    ep.nb = nb
     resources = {"metadata": {"path": workdir}}
-    ep.reset_execution_trackers()
-    ep._check_assign_resources(resources)
+    ep = Execute(nb, timeout=spec["cell_timeout"], kernel_name=spec["kernel_name"],
+                 startup_timeout=spec["startup_timeout"], extra_arguments=spec["extra_arguments"],
+                 interrupt_on_timeout=True, allow_errors=True, raise_on_iopub_timeout=True,
+                 error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
+                                   "traceback": ["\x1b[0;31mCellTimeoutError\x1b[0m: No reply from "
+                                                 f"kernel before timeout ({spec['cell_timeout']} s)"]},
+                 resources=resources)
     save()
     try:
         with ep.setup_kernel(cwd=workdir):
@@ -73,7 +93,7 @@ def main() -> int:
                     break
                 ep.timeout = max(1, int(min(spec["cell_timeout"], remaining)))
                 status["running"] = index
-                ep.preprocess_cell(cell, resources, index)
+                ep.execute_cell(cell, index, store_history=True)
                 status["completed"], status["running"] = index + 1, None
                 save()
     except DeadKernelError:

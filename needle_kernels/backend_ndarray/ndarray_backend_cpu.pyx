@@ -18,7 +18,8 @@ team costs microseconds, more than adding a few thousand floats.
 
 Diagnostics beyond the table: ``set_num_threads``, ``get_num_threads``,
 ``num_threads_for``, ``omp_threads_used`` (threads that ran the last kernel),
-``gemm_kernel``/``gemm_kernels``/``set_gemm_kernel`` (the matmul micro-kernel).
+``isa``/``available_isas``/``set_isa`` (the instruction set of the
+matmul micro-kernel and of the exp/log/tanh/max loops).
 """
 import operator
 
@@ -57,6 +58,7 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
     void nk_binary(int op, const float *a, const float *b, float *out, Py_ssize_t n)
     void nk_scalar(int op, const float *a, float v, float *out, Py_ssize_t n)
     void nk_unary(int op, const float *a, float *out, Py_ssize_t n)
+    int nk_vmath_select(const char *isa)
     void nk_fill(float *out, float v, Py_ssize_t n)
     float nk_sum(const float *a, Py_ssize_t n)
     float nk_max(const float *a, Py_ssize_t n)
@@ -133,30 +135,36 @@ def omp_threads_used():
     return nk_threads_used()
 
 
-def gemm_kernels():
-    """Names of the matmul micro-kernels this CPU can run, widest first."""
+def available_isas():
+    """Instruction sets this build and CPU can run the kernels with, widest first."""
     return [nk_gemm_kernels[i].name.decode() for i in range(nk_gemm_nkernels) if nk_gemm_supported(i)]
 
 
-def gemm_kernel():
-    """The matmul micro-kernel in use, with its register tile and cache blocks."""
+def isa():
+    """The instruction set in use, with the matmul micro-kernel's register tile and cache blocks."""
     k = nk_gemm_kernels[_gemm_index]
     return {"name": k.name.decode(), "mr": k.mr, "nr": k.nr, "kc": k.kc, "mc": k.mc, "nc": k.nc}
 
 
-def set_gemm_kernel(name=None):
-    """Select a matmul micro-kernel by name ("avx512", "avx2", "generic"); None picks the best."""
+def set_isa(name=None):
+    """Run matmul and exp/log/tanh/max with the code for "avx512", "avx2" or "generic"; None picks the widest.
+
+    All three compute the same function; choosing a narrower one is for
+    testing every variant on one machine and for measuring what it buys.
+    """
     global _gemm_index
     if name is None:
-        _gemm_index = nk_gemm_best()
-        return
+        name = nk_gemm_kernels[nk_gemm_best()].name.decode()
     for i in range(nk_gemm_nkernels):
         if nk_gemm_kernels[i].name.decode() == name:
-            if not nk_gemm_supported(i):
-                raise ValueError(f"set_gemm_kernel: this CPU cannot run the {name!r} kernel")
+            if not nk_gemm_supported(i) or not nk_vmath_select(name.encode()):
+                raise ValueError(f"set_isa: this CPU cannot run the {name!r} kernels")
             _gemm_index = i
             return
-    raise ValueError(f"set_gemm_kernel: unknown kernel {name!r}, expected one of {gemm_kernels()}")
+    raise ValueError(f"set_isa: unknown instruction set {name!r}, expected one of {available_isas()}")
+
+
+set_isa(None)
 
 
 # ---------------------------------------------------------------- Array
@@ -209,22 +217,26 @@ cdef Array _arr(str name, str what, x):
     return <Array>x
 
 
-cdef int _read_view(str name, shape, strides, offset, Py_ssize_t *cshape, Py_ssize_t *cstrides,
-                    Py_ssize_t *coffset) except -1:
-    """Convert (shape, strides, offset) to C integers; returns ndim."""
+cdef tuple _read_view(str name, shape, strides, offset):
+    """(shape, strides, offset) as tuples of Python ints; the reference's check_view checks the rest."""
     try:
         shape = tuple(shape)
         strides = tuple(strides)
     except TypeError:
         raise ValueError(f"{name}: shape and strides must be sequences of integers") from None
-    if len(shape) > MAX_NDIM:
+    if len(shape) > MAX_NDIM or len(strides) > MAX_NDIM:
         raise ValueError(f"{name}: {len(shape)} dimensions, at most {MAX_NDIM} are supported")
-    if len(shape) != len(strides):
-        raise ValueError(f"{name}: shape {shape} and strides {strides} have different lengths")
+    shape = tuple([_int(name, "shape", n) for n in shape])
+    strides = tuple([_int(name, "strides", s) for s in strides])
+    return shape, strides, _int(name, "offset", offset)
+
+
+cdef int _c_view(tuple shape, tuple strides, Py_ssize_t *cshape, Py_ssize_t *cstrides) except -1:
+    """Copy a checked view into C arrays; returns ndim."""
+    cdef int k
     for k in range(len(shape)):
-        cshape[k] = _int(name, "shape", shape[k])
-        cstrides[k] = _int(name, "strides", strides[k])
-    coffset[0] = _int(name, "offset", offset)
+        cshape[k] = shape[k]
+        cstrides[k] = strides[k]
     return len(shape)
 
 
@@ -374,10 +386,11 @@ def to_numpy(a, shape, strides, offset):
     cdef Py_ssize_t cshape[MAX_NDIM]
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t dstrides[MAX_NDIM]
-    cdef Py_ssize_t off
-    cdef int nd = _read_view("to_numpy", shape, strides, offset, cshape, cstrides, &off)
-    check_view(A.size, shape, strides, off)
-    res = np.empty(tuple(shape), dtype=np.float32)
+    shape, strides, offset = _read_view("to_numpy", shape, strides, offset)
+    check_view(A.size, shape, strides, offset)
+    cdef int nd = _c_view(shape, strides, cshape, cstrides)
+    cdef Py_ssize_t off = offset
+    res = np.empty(shape, dtype=np.float32)
     cdef Py_ssize_t total = res.size
     if total == 0:
         return res
@@ -426,10 +439,11 @@ def compact(a, out, shape, strides, offset):
     cdef Py_ssize_t cshape[MAX_NDIM]
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t dstrides[MAX_NDIM]
-    cdef Py_ssize_t off
-    cdef int nd = _read_view("compact", shape, strides, offset, cshape, cstrides, &off)
+    shape, strides, offset = _read_view("compact", shape, strides, offset)
     check_size("compact", O, prod(shape), "out")
-    check_view(A.size, shape, strides, off)
+    check_view(A.size, shape, strides, offset)
+    cdef int nd = _c_view(shape, strides, cshape, cstrides)
+    cdef Py_ssize_t off = offset
     _row_major(nd, cshape, dstrides)
     with nogil:
         _strided_copy(A.data + off, cstrides, O.data, dstrides, cshape, nd, O.size)
@@ -442,10 +456,11 @@ def ewise_setitem(a, out, shape, strides, offset):
     cdef Py_ssize_t cshape[MAX_NDIM]
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t sstrides[MAX_NDIM]
-    cdef Py_ssize_t off
-    cdef int nd = _read_view("ewise_setitem", shape, strides, offset, cshape, cstrides, &off)
+    shape, strides, offset = _read_view("ewise_setitem", shape, strides, offset)
     check_size("ewise_setitem", A, prod(shape), "a")
-    check_view(O.size, shape, strides, off)
+    check_view(O.size, shape, strides, offset, "out")
+    cdef int nd = _c_view(shape, strides, cshape, cstrides)
+    cdef Py_ssize_t off = offset
     _row_major(nd, cshape, sstrides)
     with nogil:
         _strided_copy(A.data, sstrides, O.data + off, cstrides, cshape, nd, A.size)
@@ -457,13 +472,14 @@ def scalar_setitem(size, val, out, shape, strides, offset):
     cdef Py_ssize_t cshape[MAX_NDIM]
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t sstrides[MAX_NDIM]
-    cdef Py_ssize_t off
-    cdef int nd = _read_view("scalar_setitem", shape, strides, offset, cshape, cstrides, &off)
+    shape, strides, offset = _read_view("scalar_setitem", shape, strides, offset)
     cdef Py_ssize_t total = _int("scalar_setitem", "size", size)
     if total != prod(shape):
         raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
     cdef float v = check_scalar("scalar_setitem", val)
-    check_view(O.size, shape, strides, off)
+    check_view(O.size, shape, strides, offset, "out")
+    cdef int nd = _c_view(shape, strides, cshape, cstrides)
+    cdef Py_ssize_t off = offset
     memset(sstrides, 0, sizeof(sstrides))
     with nogil:
         _strided_copy(&v, sstrides, O.data + off, cstrides, cshape, nd, total)

@@ -33,8 +33,10 @@ typedef struct {
     nk_macro_fn macro;
 } nk_gemm_kernel;
 
+#ifndef NK_CAT
 #define NK_CAT_(a, b) a##b
 #define NK_CAT(a, b) NK_CAT_(a, b)
+#endif
 
 /* One instantiation of the micro- and macro-kernel. */
 #define NK_DEFINE_GEMM(NAME, ATTR, W, MR, NV)                                                   \

@@ -1,5 +1,5 @@
 """The core nn modules: Parameter, Module and the basic layers."""
-from typing import Any, List
+from typing import List
 
 import numpy
 

@@ -192,19 +192,24 @@ class Conv(TensorOp):
         k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
         n, ho, wo = out_grad.shape[:3]
         p = self.padding
-        # Rebuild the forward's im2col chain as graph nodes around the arrays
-        # already computed, so dB stays differentiable with respect to A.
         pad_width = ((0, 0), (p, p), (p, p), (0, 0))
-        padded = Tensor.make_with_data(Pad(pad_width), [A], self._padded) if p else A
-        windows = Tensor.make_with_data(
-            Im2Col(k, self.stride), [padded], _window_view(self._padded, k, self.stride)
-        )
-        cols = Tensor.make_with_data(Reshape(self._cols.shape), [windows], self._cols)
         grad2d = reshape(out_grad, (n * ho * wo, c_out))
-        dB = reshape(transpose(cols) @ grad2d, B.shape)
-        dcols = reshape(grad2d @ transpose(reshape(B, (k * k * c_in, c_out))), (n, ho, wo, k, k, c_in))
-        dA = col2im(dcols, self._padded.shape, self.stride)
-        return (crop(dA, pad_width) if p else dA), dB
+        dA = dB = None
+        if B.requires_grad:
+            # Rebuild the forward's im2col chain as graph nodes around the arrays
+            # already computed, so dB stays differentiable with respect to A.
+            padded = Tensor.make_with_data(Pad(pad_width), [A], self._padded) if p else A
+            windows = Tensor.make_with_data(
+                Im2Col(k, self.stride), [padded], _window_view(self._padded, k, self.stride)
+            )
+            cols = Tensor.make_with_data(Reshape(self._cols.shape), [windows], self._cols)
+            # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
+            dB = reshape(transpose(transpose(grad2d) @ cols), B.shape)
+        if A.requires_grad:  # not for an input image: col2im is the costly half
+            dcols = reshape(grad2d @ transpose(reshape(B, (k * k * c_in, c_out))), (n, ho, wo, k, k, c_in))
+            dA = col2im(dcols, self._padded.shape, self.stride)
+            dA = crop(dA, pad_width) if p else dA
+        return dA, dB
 
 
 def conv(a, b, stride=1, padding=1):

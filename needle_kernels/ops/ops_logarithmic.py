@@ -51,7 +51,8 @@ class LogSumExp(TensorOp):
 
     def compute(self, a):
         axes = _normalize_axes(self.axes, a.ndim, "logsumexp")
-        m = array_api.max(a, axis=axes, keepdims=True)
+        # clamping the max keeps an all -inf slice at -inf (instead of -inf - -inf = nan)
+        m = array_api.maximum(array_api.max(a, axis=axes, keepdims=True), -3e38)
         s = array_api.sum(array_api.exp(a - array_api.broadcast_to(m, a.shape)), axis=axes, keepdims=True)
         out = array_api.log(s) + m
         shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)

@@ -9,7 +9,7 @@ differentiated again.
 import numpy
 
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
-from ..backend_selection import array_api, device_of
+from ..backend_selection import array_api
 from .ops_tuple import make_tuple
 
 
@@ -112,7 +112,9 @@ class EWiseMul(TensorOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        return _unbroadcast(out_grad * b, a.shape), _unbroadcast(out_grad * a, b.shape)
+        da = _unbroadcast(out_grad * b, a.shape) if a.requires_grad else None
+        db = _unbroadcast(out_grad * a, b.shape) if b.requires_grad else None
+        return da, db
 
 
 def multiply(a, b):
@@ -474,9 +476,10 @@ class MatMul(TensorOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        da = out_grad @ transpose(b)
-        db = transpose(a) @ out_grad
-        return _unbroadcast(da, a.shape), _unbroadcast(db, b.shape)
+        # skip the product nobody needs (e.g. the gradient of a data batch): it costs as much as the forward
+        da = _unbroadcast(out_grad @ transpose(b), a.shape) if a.requires_grad else None
+        db = _unbroadcast(transpose(a) @ out_grad, b.shape) if b.requires_grad else None
+        return da, db
 
 
 def matmul(a, b):

@@ -10,7 +10,6 @@ one), the average spreads ``g / K^2``.
 import numpy
 
 from ..autograd import Tensor
-from ..backend_selection import array_api, device_of
 from .ops_conv import im2col
 from .ops_mathematic import amax, pad, summation, transpose
 

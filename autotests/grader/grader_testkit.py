@@ -1,0 +1,80 @@
+"""Helpers for the grader tests: run the `grader` command, hash folders, read the gradebook."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def bwrap_reason():
+    """None when bubblewrap can sandbox here, else why not (tests needing it skip with it)."""
+    sys.path.insert(0, str(REPO))
+    from grader.sandbox.confinement import probe
+
+    ok, detail = probe("bwrap")
+    return None if ok else detail
+
+
+needs_bwrap = pytest.mark.skipif(bool(shutil.which("bwrap")) is False,
+                                 reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+
+def require_bwrap():
+    reason = bwrap_reason()
+    if reason:
+        pytest.skip(f"bubblewrap cannot sandbox here: {reason}")
+
+
+def environment(home):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBGRADER"))}
+    env.update(HOME=str(home), PYTHONPATH=str(REPO), USER=os.environ.get("USER", "instructor"),
+               PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def grader(args, cwd, home, check=True, timeout=600):
+    """Run `python -m grader ARGS` in `cwd`; returns the CompletedProcess."""
+    proc = subprocess.run([sys.executable, "-m", "grader", *map(str, args)], cwd=str(cwd),
+                          env=environment(home), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"grader {' '.join(map(str, args))} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def tree_hashes(root, skip=()):
+    """{relative path: sha256} of every file under `root`, except under the `skip` prefixes."""
+    root = Path(root)
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if any(rel == s or rel.startswith(s + "/") for s in skip):
+            continue
+        if path.is_file() and not path.is_symlink():
+            found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        elif path.is_dir():
+            found[rel + "/"] = "dir"
+    return found
+
+
+def gradebook_scores(course_dir, assignment):
+    """{student: {grade_id: score}} plus '_raw', '_penalty' and '_seconds_late' per student."""
+    sys.path.insert(0, str(REPO))
+    from nbgrader.api import Gradebook
+
+    result = {}
+    with Gradebook(f"sqlite:///{Path(course_dir) / 'gradebook.db'}", "dlsys") as gb:
+        for sub in gb.assignment_submissions(assignment):
+            scores = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
+            scores["_raw"] = sub.score
+            scores["_penalty"] = sub.late_submission_penalty or 0.0
+            scores["_seconds_late"] = sub.total_seconds_late
+            result[sub.student_id] = scores
+    return result

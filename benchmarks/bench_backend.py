@@ -1,0 +1,273 @@
+"""Benchmark the Cython + OpenMP backend (and the CUDA backend, where a GPU exists) against numpy / cupy.
+
+Times the raw backend functions on pre-allocated ``Array`` buffers and
+prints GFLOP/s (matmul) or GB/s (memory-bound kernels: bytes read + written
+per call), with the ratio against numpy measured in the same run:
+
+    python benchmarks/bench_backend.py              # full run
+    python benchmarks/bench_backend.py --quick      # smaller sizes, fewer repeats
+    python benchmarks/bench_backend.py --sizes 512,1024 --threads 2
+
+Every timing is the best of several repeats after a warm-up call. All numpy
+timings of a case run before all OpenMP timings of that case, with a pause
+between: both OpenBLAS's and OpenMP's thread pools keep spinning for a
+moment after a call, and interleaving the two would make each steal the
+other's cores.
+"""
+import argparse
+import importlib
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def load(name):
+    return importlib.import_module(f"needle_kernels.backend_ndarray.{name}")
+
+
+def best_time(fn, repeats, sync=None, min_total=0.0):
+    """Best wall time of fn() over `repeats` calls (at least until min_total seconds have passed)."""
+    fn()
+    if sync:
+        sync()
+    best, spent, calls = float("inf"), 0.0, 0
+    while calls < repeats or spent < min_total:
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        dt = time.perf_counter() - t0
+        best, spent, calls = min(best, dt), spent + dt, calls + 1
+    return best
+
+
+def settle():
+    """Let the other runtime's spinning threads go to sleep before timing the next one."""
+    time.sleep(0.1)
+
+
+class Bench:
+    def __init__(self, cpu, repeats, threads):
+        self.cpu, self.repeats, self.threads = cpu, repeats, threads
+        self.rows = []
+
+    def put(self, x):
+        a = self.cpu.Array(x.size)
+        self.cpu.from_numpy(x, a)
+        return a
+
+    def case(self, name, unit, work, numpy_fn, omp_fn, check=None):
+        """work: flops (unit GFLOP/s) or bytes (unit GB/s) per call."""
+        t_np = best_time(numpy_fn, self.repeats, min_total=0.2)
+        settle()
+        self.cpu.set_num_threads(self.threads)
+        t_omp = best_time(omp_fn, self.repeats, min_total=0.2)
+        settle()
+        if check:
+            check()
+        row = (name, unit, work / t_np / 1e9, work / t_omp / 1e9, t_np / t_omp)
+        self.rows.append(row)
+        print(f"{row[0]:<34} {row[1]:<7} {row[2]:>9.1f} {row[3]:>9.1f} {row[4]:>7.2f}x", flush=True)
+
+
+def header(title, left="numpy", right="openmp"):
+    print(f"\n{title}")
+    print(f"{'kernel':<34} {'unit':<7} {left:>9} {right:>9} {'ratio':>8}")
+    print("-" * 72)
+
+
+def run_cpu(args):
+    cpu = load("ndarray_backend_cpu")
+    threads = args.threads or cpu.get_num_threads()
+    b = Bench(cpu, args.repeats, threads)
+    rng = np.random.default_rng(0)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}")
+    print(f"openmp threads: {threads}; instruction set: {cpu.isa()}")
+    header(f"Cython + OpenMP backend ({threads} threads) vs numpy; ratio = numpy time / openmp time")
+
+    for n in args.sizes:
+        A = rng.standard_normal((n, n), dtype=np.float32)
+        B = rng.standard_normal((n, n), dtype=np.float32)
+        C = np.empty((n, n), np.float32)
+        a, bb, o = b.put(A), b.put(B), cpu.Array(n * n)
+
+        def check(n=n, A=A, B=B, o=o):
+            got = cpu.to_numpy(o, (n, n), (n, 1), 0)
+            np.testing.assert_allclose(got, A @ B, rtol=1e-3, atol=1e-3 * n**0.5)
+
+        b.case(f"matmul {n}x{n}x{n}", "GFLOP/s", 2.0 * n**3,
+               lambda: np.matmul(A, B, out=C), lambda: cpu.matmul(a, bb, o, n, n, n), check)
+
+    N = args.elements
+    x = rng.standard_normal(N, dtype=np.float32)
+    y = rng.standard_normal(N, dtype=np.float32)
+    z = np.empty(N, np.float32)
+    ax, ay, az = b.put(x), b.put(y), cpu.Array(N)
+    label = f"{N / 2**20:g}M"
+    b.case(f"ewise_add {label}", "GB/s", 12.0 * N, lambda: np.add(x, y, out=z), lambda: cpu.ewise_add(ax, ay, az))
+    b.case(f"ewise_mul {label}", "GB/s", 12.0 * N, lambda: np.multiply(x, y, out=z),
+           lambda: cpu.ewise_mul(ax, ay, az))
+    b.case(f"scalar_mul {label}", "GB/s", 8.0 * N, lambda: np.multiply(x, np.float32(1.5), out=z),
+           lambda: cpu.scalar_mul(ax, 1.5, az))
+    b.case(f"ewise_exp {label}", "GB/s", 8.0 * N, lambda: np.exp(x, out=z), lambda: cpu.ewise_exp(ax, az))
+    b.case(f"ewise_tanh {label}", "GB/s", 8.0 * N, lambda: np.tanh(x, out=z), lambda: cpu.ewise_tanh(ax, az))
+    del x, y, z, ax, ay, az
+
+    r = args.reduce
+    X = rng.standard_normal((r, r), dtype=np.float32)
+    XT = np.empty((r, r), np.float32)
+    s = np.empty(r, np.float32)
+    aX, aS, aT = b.put(X), cpu.Array(r), cpu.Array(r * r)
+    b.case(f"sum last axis {r}x{r}", "GB/s", 4.0 * r * r, lambda: X.sum(axis=1, out=s),
+           lambda: cpu.reduce_sum(aX, aS, r))
+    b.case(f"sum first axis {r}x{r}", "GB/s", 4.0 * r * r, lambda: X.sum(axis=0, out=s),
+           lambda: cpu.reduce_sum_axis(aX, aS, 1, r, r))
+    b.case(f"max last axis {r}x{r}", "GB/s", 4.0 * r * r, lambda: X.max(axis=1, out=s),
+           lambda: cpu.reduce_max(aX, aS, r))
+    b.case(f"compact transpose {r}x{r}", "GB/s", 8.0 * r * r, lambda: np.copyto(XT, X.T),
+           lambda: cpu.compact(aX, aT, (r, r), (1, r), 0))
+    XH, aH = np.empty((r, r // 2), np.float32), cpu.Array(r * (r // 2))
+    b.case(f"compact flip+step {r}x{r // 2}", "GB/s", 4.0 * r * r, lambda: np.copyto(XH, X[::-1, ::2]),
+           lambda: cpu.compact(aX, aH, (r, r // 2), (-r, 2), r * r - r))
+    del X, XT, aX, aT
+
+    ndarray_rows(cpu, b, args, rng)
+    speedup(cpu, args, threads, rng)
+
+
+def ndarray_rows(cpu, b, args, rng):
+    """The same matmul through the NDArray wrapper, where it exists (Python overhead included)."""
+    try:
+        nd = importlib.import_module("needle_kernels.backend_ndarray")
+        nd.NDArray
+    except (ImportError, AttributeError) as exc:
+        print(f"\n(NDArray rows skipped: {exc})")
+        return
+    header("Through NDArray (nd.array(..., device=nd.cpu()))")
+    n = args.sizes[-1] if args.sizes[-1] <= 1024 else 1024
+    A = rng.standard_normal((n, n), dtype=np.float32)
+    B = rng.standard_normal((n, n), dtype=np.float32)
+    dA, dB = nd.array(A, device=nd.cpu()), nd.array(B, device=nd.cpu())
+    b.case(f"NDArray @ {n}x{n}x{n}", "GFLOP/s", 2.0 * n**3, lambda: A @ B, lambda: dA @ dB)
+    b.case(f"NDArray .sum(axis=0) {n}x{n}", "GB/s", 4.0 * n * n, lambda: A.sum(axis=0),
+           lambda: dA.sum(axis=0))
+    b.case(f"NDArray .T.compact() {n}x{n}", "GB/s", 8.0 * n * n, lambda: np.ascontiguousarray(A.T),
+           lambda: dA.permute((1, 0)).compact())
+
+
+def speedup(cpu, args, threads, rng):
+    """The OpenMP speed-up of `threads` threads over one, kernel by kernel."""
+    if threads < 2:
+        return
+    print(f"\nOpenMP speed-up, {threads} threads over 1")
+    print(f"{'kernel':<34} {'1 thread':>10} {str(threads) + ' threads':>11} {'speed-up':>9}")
+    print("-" * 68)
+    cases = []
+    for n in args.sizes:
+        if n < 512:
+            continue
+        a, bb, o = (cpu.Array(n * n) for _ in range(3))
+        cpu.from_numpy(rng.standard_normal(n * n, dtype=np.float32), a)
+        cpu.from_numpy(rng.standard_normal(n * n, dtype=np.float32), bb)
+        cases.append((f"matmul {n} (GFLOP/s)", 2.0 * n**3, lambda a=a, bb=bb, o=o, n=n: cpu.matmul(a, bb, o, n, n, n)))
+    N = args.elements
+    x, z = cpu.Array(N), cpu.Array(N)
+    cpu.from_numpy(rng.standard_normal(N, dtype=np.float32), x)
+    cases.append((f"ewise_exp {N / 2**20:g}M (GB/s)", 8.0 * N, lambda: cpu.ewise_exp(x, z)))
+    cases.append((f"ewise_add {N / 2**20:g}M (GB/s)", 12.0 * N, lambda: cpu.ewise_add(x, x, z)))
+    r = args.reduce
+    X, s = cpu.Array(r * r), cpu.Array(r)
+    cpu.from_numpy(rng.standard_normal(r * r, dtype=np.float32), X)
+    cases.append((f"sum first axis {r}x{r} (GB/s)", 4.0 * r * r, lambda: cpu.reduce_sum_axis(X, s, 1, r, r)))
+    cases.append((f"compact transpose {r}x{r} (GB/s)", 8.0 * r * r,
+                  lambda: cpu.compact(X, z, (r, r), (1, r), 0) if r * r <= N else None))
+    for name, work, fn in cases:
+        rates = []
+        for t in (1, threads):
+            cpu.set_num_threads(t)
+            rates.append(work / best_time(fn, args.repeats, min_total=0.2) / 1e9)
+        cpu.set_num_threads(threads)
+        print(f"{name:<34} {rates[0]:>10.1f} {rates[1]:>11.1f} {rates[1] / rates[0]:>8.2f}x", flush=True)
+
+
+def run_cuda(args):
+    try:
+        cu = load("ndarray_backend_cuda")
+    except ImportError as exc:
+        print(f"\n(CUDA rows skipped: {exc})")
+        return
+    if not getattr(cu, "is_available", lambda: False)():
+        reason = getattr(cu, "unavailable_reason", lambda: "unavailable")()
+        print(f"\n(CUDA rows skipped: {reason})")
+        return
+    import cupy as cp
+
+    sync = cu.synchronize
+    rng = np.random.default_rng(0)
+    print(f"\nCUDA backend vs cupy ({cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}); "
+          "ratio = cupy time / backend time")
+    print(f"{'kernel':<34} {'unit':<7} {'cupy':>9} {'needle':>9} {'ratio':>8}")
+    print("-" * 72)
+
+    def row(name, unit, work, cupy_fn, nk_fn):
+        t_cp = best_time(cupy_fn, args.repeats, sync=cp.cuda.Device().synchronize, min_total=0.2)
+        t_nk = best_time(nk_fn, args.repeats, sync=sync, min_total=0.2)
+        print(f"{name:<34} {unit:<7} {work / t_cp / 1e9:>9.1f} {work / t_nk / 1e9:>9.1f} {t_cp / t_nk:>7.2f}x",
+              flush=True)
+
+    def put(x):
+        a = cu.Array(x.size)
+        cu.from_numpy(x, a)
+        return a
+
+    for n in args.sizes + ([4096] if not args.quick else []):
+        A = rng.standard_normal((n, n), dtype=np.float32)
+        B = rng.standard_normal((n, n), dtype=np.float32)
+        gA, gB = cp.asarray(A), cp.asarray(B)
+        a, bb, o = put(A), put(B), cu.Array(n * n)
+        row(f"matmul {n} (cuBLAS)", "GFLOP/s", 2.0 * n**3, lambda: gA @ gB, lambda: cu.matmul(a, bb, o, n, n, n))
+    N = args.elements
+    gx = cp.asarray(rng.standard_normal(N, dtype=np.float32))
+    gz = cp.empty_like(gx)
+    x, z = put(cp.asnumpy(gx)), cu.Array(N)
+    row(f"ewise_add {N / 2**20:g}M", "GB/s", 12.0 * N, lambda: cp.add(gx, gx, out=gz), lambda: cu.ewise_add(x, x, z))
+    row(f"ewise_mul {N / 2**20:g}M", "GB/s", 12.0 * N, lambda: cp.multiply(gx, gx, out=gz),
+        lambda: cu.ewise_mul(x, x, z))
+    row(f"ewise_exp {N / 2**20:g}M", "GB/s", 8.0 * N, lambda: cp.exp(gx, out=gz), lambda: cu.ewise_exp(x, z))
+    r = args.reduce
+    gX = cp.asarray(rng.standard_normal((r, r), dtype=np.float32))
+    X, s, T = put(cp.asnumpy(gX)), cu.Array(r), cu.Array(r * r)
+    row(f"sum last axis {r}x{r}", "GB/s", 4.0 * r * r, lambda: gX.sum(axis=1), lambda: cu.reduce_sum(X, s, r))
+    row(f"sum first axis {r}x{r}", "GB/s", 4.0 * r * r, lambda: gX.sum(axis=0),
+        lambda: cu.reduce_sum_axis(X, s, 1, r, r))
+    row(f"compact transpose {r}x{r}", "GB/s", 8.0 * r * r, lambda: cp.ascontiguousarray(gX.T),
+        lambda: cu.compact(X, T, (r, r), (1, r), 0))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    p.add_argument("--sizes", type=lambda s: [int(v) for v in s.split(",")],
+                   help="matmul sizes, comma separated (default 256,512,1024,2048)")
+    p.add_argument("--threads", type=int, default=0, help="OpenMP threads (default: the backend's default)")
+    p.add_argument("--repeats", type=int, default=0, help="timed calls per kernel (default 10, quick 3)")
+    p.add_argument("--no-cuda", action="store_true", help="skip the CUDA rows")
+    args = p.parse_args(argv)
+    args.sizes = args.sizes or ([256, 512, 1024] if args.quick else [256, 512, 1024, 2048])
+    args.repeats = args.repeats or (3 if args.quick else 10)
+    args.elements = (1 << 22) if args.quick else (1 << 24)
+    args.reduce = 2048 if args.quick else 4096
+    run_cpu(args)
+    if not args.no_cuda:
+        run_cuda(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""Training speed of whole models against PyTorch (CPU) with the same number of threads.
+
+1. One training epoch of MLPResNet (784 -> 100, 3 blocks, Adam) on 8,000
+   MNIST images (real when available, see ``ndl.data.load_mnist_split``).
+2. Forward + backward of ResNet9 on a batch of 128 random 3x32x32 images.
+
+Each measurement alternates needle_kernels and PyTorch runs and reports the
+median, so load from other processes hits both alike. The ratio is
+needle_kernels time / PyTorch time. Without torch only the needle_kernels
+column is printed. ``--profile`` adds, for needle_kernels, the time spent in
+each op's ``compute`` (forward and backward together) and in each backend
+kernel.
+
+    python benchmarks/bench_models.py [--threads N] [--repeat R] [--profile]
+"""
+import argparse
+import collections
+import cProfile
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+
+import needle_kernels as ndl  # noqa: E402
+from needle_kernels.apps import mlp_resnet  # noqa: E402
+from needle_kernels.apps.models import ResNet9  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # the torch columns are skipped
+    torch = None
+
+
+def data_root():
+    if os.environ.get("NEEDLE_DATA_DIR"):
+        return Path(os.environ["NEEDLE_DATA_DIR"])
+    shared = REPO.parent / "shared" / "data"
+    return shared if shared.is_dir() else None
+
+
+def set_threads(n):
+    if hasattr(ndl.backend_ndarray, "set_num_threads") and ndl.cpu().enabled():
+        ndl.backend_ndarray.set_num_threads(n)
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def get_threads():
+    if hasattr(ndl.backend_ndarray, "get_num_threads") and ndl.cpu().enabled():
+        return ndl.backend_ndarray.get_num_threads()
+    return os.cpu_count()
+
+
+# ---------------------------------------------------------------- MLPResNet epoch
+
+
+def ndl_mlp_epoch(X, y, seed=4):
+    np.random.seed(seed)
+    model = mlp_resnet.MLPResNet(784, hidden_dim=100)
+    opt = ndl.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
+    loader = ndl.data.DataLoader(ndl.data.NDArrayDataset(X, y), batch_size=100, shuffle=True)
+    start = time.perf_counter()
+    err, loss = mlp_resnet.epoch(loader, model, opt)
+    return time.perf_counter() - start, err
+
+
+def torch_mlp_resnet():
+    nn = torch.nn
+
+    class Residual(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return x + self.fn(x)
+
+    def block(dim, hidden):
+        return nn.Sequential(Residual(nn.Sequential(
+            nn.Linear(dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Dropout(0.1),
+            nn.Linear(hidden, dim), nn.BatchNorm1d(dim))), nn.ReLU())
+
+    return nn.Sequential(nn.Linear(784, 100), nn.ReLU(), *[block(100, 50) for _ in range(3)], nn.Linear(100, 10))
+
+
+def torch_mlp_epoch(X, y, seed=4):
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    model = torch_mlp_resnet()
+    opt = torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    model.train()
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y.astype(np.int64))
+    errors = 0
+    start = time.perf_counter()
+    order = np.random.permutation(len(X))
+    for i in range(0, len(X), 100):
+        idx = torch.from_numpy(order[i:i + 100])
+        xb, yb = Xt[idx], yt[idx]
+        out = model(xb)
+        loss = loss_fn(out, yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        errors += int((out.argmax(1) != yb).sum())
+    return time.perf_counter() - start, errors / len(X)
+
+
+# ---------------------------------------------------------------- ResNet9 forward + backward
+
+
+def torch_resnet9():
+    nn = torch.nn
+
+    def convbn(a, b, k, s):
+        return nn.Sequential(nn.Conv2d(a, b, k, stride=s, padding=k // 2), nn.BatchNorm2d(b), nn.ReLU())
+
+    class Residual(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return x + self.fn(x)
+
+    return nn.Sequential(
+        convbn(3, 16, 7, 4), convbn(16, 32, 3, 2),
+        Residual(nn.Sequential(convbn(32, 32, 3, 1), convbn(32, 32, 3, 1))),
+        convbn(32, 64, 3, 2), convbn(64, 128, 3, 2),
+        Residual(nn.Sequential(convbn(128, 128, 3, 1), convbn(128, 128, 3, 1))),
+        nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+class ResNet9Step:
+    def __init__(self, x):
+        np.random.seed(0)
+        self.model = ResNet9()
+        self.model.train()
+        self.x = ndl.Tensor(x, requires_grad=False)
+
+    def __call__(self):
+        for p in self.model.parameters():
+            p.grad = None
+        start = time.perf_counter()
+        out = self.model(self.x)
+        out.sum().backward()
+        return time.perf_counter() - start
+
+
+class TorchResNet9Step:
+    def __init__(self, x):
+        torch.manual_seed(0)
+        self.model = torch_resnet9()
+        self.model.train()
+        self.x = torch.from_numpy(x)
+
+    def __call__(self):
+        self.model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        out = self.model(self.x)
+        out.sum().backward()
+        return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------- profiling
+
+
+def profile(fn, top=15):
+    """Run fn once; print time per op (compute, forward and backward) and per backend kernel."""
+    op_time = collections.Counter()
+    op_calls = collections.Counter()
+    originals = {}
+    for cls in set(_all_subclasses(ndl.autograd.Op)):
+        if "compute" in cls.__dict__:
+            originals[cls] = cls.compute
+
+            def timed(self, *args, _orig=cls.compute, _name=cls.__name__):
+                t = time.perf_counter()
+                try:
+                    return _orig(self, *args)
+                finally:
+                    op_time[_name] += time.perf_counter() - t
+                    op_calls[_name] += 1
+
+            cls.compute = timed
+    try:
+        start = time.perf_counter()
+        prof = cProfile.Profile()
+        prof.enable()
+        fn()
+        prof.disable()
+        total = time.perf_counter() - start
+    finally:
+        for cls, orig in originals.items():
+            cls.compute = orig
+    print(f"  total {total * 1e3:.0f} ms (profiled); time inside op compute: {sum(op_time.values()) * 1e3:.0f} ms")
+    print(f"  {'op':<24} {'calls':>7} {'ms':>9} {'share':>6}")
+    for name, t in op_time.most_common(top):
+        print(f"  {name:<24} {op_calls[name]:>7} {t * 1e3:>9.1f} {t / total:>6.1%}")
+    stats = pstats.Stats(prof)
+    rows = []
+    for (file, line, func), (cc, nc, tt, ct, callers) in stats.stats.items():
+        if "ndarray_backend" in file or file == "~" and "ndarray_backend" in func or "numpy" in func:
+            rows.append((tt, nc, f"{Path(file).name}:{func}" if file != "~" else func))
+    rows.sort(reverse=True)
+    print(f"  {'kernel / builtin':<60} {'calls':>7} {'ms':>9}")
+    for tt, nc, name in rows[:top]:
+        print(f"  {name[:60]:<60} {nc:>7} {tt * 1e3:>9.1f}")
+    print("  top Python functions by own time:")
+    stats.sort_stats("tottime").print_stats(8)
+
+
+def _all_subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _all_subclasses(sub)
+
+
+# ---------------------------------------------------------------- main
+
+
+def median_alternating(a, b, repeat):
+    ta, tb = [], []
+    for _ in range(repeat):
+        ta.append(a())
+        if b is not None:
+            tb.append(b())
+    return float(np.median(ta)), (float(np.median(tb)) if tb else None)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=None, help="threads for both libraries (default: current)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--only", choices=["mlp", "resnet9"], default=None)
+    args = ap.parse_args(argv)
+    threads = args.threads or get_threads()
+    set_threads(threads)
+    print(f"device {ndl.default_device()}, threads {threads}, torch {torch.__version__ if torch else 'not installed'}")
+    rows = []
+
+    if args.only in (None, "mlp"):
+        X, y, _, _ = ndl.data.load_mnist_split(8000, 2000, root=data_root())
+        ndl_mlp_epoch(X[:1000], y[:1000])  # warm-up
+        if torch is not None:
+            torch_mlp_epoch(X[:1000], y[:1000])
+        tn, tt = median_alternating(lambda: ndl_mlp_epoch(X, y)[0],
+                                    (lambda: torch_mlp_epoch(X, y)[0]) if torch else None, args.repeat)
+        rows.append(("MLPResNet epoch, 8000 MNIST, batch 100", tn, tt))
+        if args.profile:
+            print("\nprofile: MLPResNet epoch")
+            profile(lambda: ndl_mlp_epoch(X, y))
+
+    if args.only in (None, "resnet9"):
+        x = np.random.default_rng(0).standard_normal((128, 3, 32, 32)).astype(np.float32)
+        step = ResNet9Step(x)
+        tstep = TorchResNet9Step(x) if torch else None
+        step()
+        if tstep:
+            tstep()
+        tn, tt = median_alternating(step, tstep, args.repeat)
+        rows.append(("ResNet9 fwd+bwd, batch 128 x 3x32x32", tn, tt))
+        if args.profile:
+            print("\nprofile: ResNet9 forward + backward")
+            profile(step)
+
+    print(f"\n{'benchmark':<42} {'needle_kernels':>15} {'torch':>10} {'ratio':>7}")
+    for name, tn, tt in rows:
+        if tt is None:
+            print(f"{name:<42} {tn * 1e3:>12.0f} ms {'-':>10} {'-':>7}")
+        else:
+            print(f"{name:<42} {tn * 1e3:>12.0f} ms {tt * 1e3:>7.0f} ms {tn / tt:>6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

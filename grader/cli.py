@@ -1,0 +1,297 @@
+"""`grader`: the course's command line. Instructor commands run inside the course
+directory; student commands take `--course-id` and work in the current directory.
+
+Each command prints a short summary of what it did and exits 1 with a one-line
+reason when it could not.
+"""
+
+import argparse
+import datetime
+import logging
+import sys
+
+from grader import GraderError, __version__
+
+log = logging.getLogger("grader")
+
+
+def _parse_date(text):
+    from nbgrader.utils import parse_utc
+
+    if text == "now":
+        return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    try:
+        return parse_utc(text)
+    except Exception:  # noqa: BLE001 - dateutil raises several types
+        raise GraderError(f"cannot read the date {text!r}; use ISO 8601, e.g. 2026-03-01T23:59:00+00:00")
+
+
+def _fail_on(result, what):
+    if not result.get("success"):
+        lines = [ln for ln in (result.get("log") or "").splitlines() if "ERROR" in ln or "CRITICAL" in ln]
+        detail = "; ".join(lines) or (result.get("error") or "").strip().splitlines()[-1:]
+        raise GraderError(f"{what} failed: {detail}")
+    return result
+
+
+# ---- instructor commands ---------------------------------------------------------------
+
+def cmd_init(args):
+    from grader.course import init_course
+
+    course = init_course(args.directory, args.course_id, exchange=args.exchange,
+                         kernel_name=args.kernel, db_url=args.db_url)
+    print(f"created course {course.course_id!r} in {course.root}")
+    print(f"  config    {course.root / 'nbgrader_config.py'}")
+    print(f"  gradebook {course.db_url}")
+    print(f"  exchange  {course.exchange_root}")
+    print(f"  kernel    {args.kernel} (pinned); put assignments in {course.root / 'source'}/NAME/")
+
+
+def cmd_doctor(args):
+    from grader.course import load_course
+    from grader.doctor import checks
+
+    try:
+        course = load_course()
+    except GraderError:
+        course = None
+        print("(not in a course directory: checking the machine only)")
+    results = checks(course)
+    for ok, topic, detail in results:
+        mark = {True: "ok  ", False: "FAIL", None: "info"}[ok]
+        print(f"{mark} {topic:16} {detail}")
+    failed = [topic for ok, topic, _ in results if ok is False]
+    if failed:
+        raise GraderError("not ready to grade: " + ", ".join(failed))
+    print("ready to grade")
+
+
+def _set_due(course, assignment, due):
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(assignment, duedate=due)
+
+
+def cmd_generate(args):
+    from grader.course import load_course
+
+    course = load_course()
+    if not course.path("source", args.assignment).is_dir():
+        raise GraderError(f"no source/{args.assignment}/ in {course.root}")
+    _fail_on(course.api().generate_assignment(args.assignment, force=True, create=True),
+             f"nbgrader generate_assignment {args.assignment}")
+    if args.due:
+        _set_due(course, args.assignment, _parse_date(args.due))
+    with course.gradebook() as gb:
+        a = gb.find_assignment(args.assignment)
+        due = a.duedate
+        names = [nb.name for nb in a.notebooks]
+        points = a.max_score
+    print(f"generated release/{args.assignment}: {len(names)} notebook(s) ({', '.join(names)}), "
+          f"{points:g} points; due {due or 'not set'} UTC")
+
+
+def cmd_due(args):
+    from grader.course import load_course
+
+    course = load_course()
+    if args.date:
+        _set_due(course, args.assignment, _parse_date(args.date))
+    with course.gradebook() as gb:
+        due = gb.find_assignment(args.assignment).duedate
+    print(f"{args.assignment} is due {due or 'never (not set)'}" + (" UTC" if due else ""))
+
+
+def cmd_release(args):
+    from traitlets.config import Config
+
+    from grader.course import ensure_exchange, load_course
+
+    course = load_course()
+    ensure_exchange(course.exchange_root)
+    extra = Config({"ExchangeReleaseAssignment": {"force": True}}) if args.force else None
+    _fail_on(course.api(extra).release_assignment(args.assignment), f"release {args.assignment}")
+    print(f"released {args.assignment} to {course.exchange_root}/{course.course_id}/outbound/{args.assignment}")
+
+
+def cmd_collect(args):
+    from grader.collect import collect
+    from grader.course import load_course
+
+    report = collect(load_course(), args.assignment, log)
+    print(f"collected {len(report.students)} submission(s) of {args.assignment}; "
+          f"{report.archived} new in the archive")
+    for student in report.forged:
+        print(f"  forged timestamp: {student} (graded on arrival time)")
+
+
+def cmd_autograde(args):
+    from grader.autograde import autograde
+    from grader.course import load_course
+
+    report = autograde(load_course(), args.assignment, jobs=args.jobs, log=log)
+    print(f"autograded {len(report.scores)} submission(s) of {args.assignment} in "
+          f"{report.seconds:.1f} s with {args.jobs} worker(s), sandbox {report.sandbox}; "
+          f"{report.executed} new execution(s)")
+    for student, (score, max_score, penalty) in sorted(report.scores.items()):
+        late = f", late penalty {penalty:g}" if penalty else ""
+        print(f"  {student:20} {score:g}/{max_score:g}{late}")
+        for line in report.notes.get(student, []):
+            print(f"      - {line}")
+    if report.failed:
+        raise GraderError("could not grade: " + ", ".join(f"{s} ({r})" for s, r in report.failed.items()))
+
+
+def cmd_feedback(args):
+    from grader.course import load_course
+    from grader.feedback import feedback
+
+    report = feedback(load_course(), args.assignment, release=not args.no_release, log=log)
+    print(f"feedback for {len(report.generated)} student(s) of {args.assignment} generated"
+          + (" and released" if report.released else " (not released)"))
+
+
+def cmd_solutions(args):
+    from grader.course import load_course
+    from grader.solutions import solutions
+
+    report = solutions(load_course(), args.assignment, release=not args.no_release,
+                       force=args.force, log=log)
+    print(f"solutions of {args.assignment} ({', '.join(report.notebooks)}) generated without "
+          f"hidden tests" + (f" and released as {report.exchange_name}" if report.released else ""))
+
+
+def cmd_export(args):
+    from grader.course import load_course
+    from grader.export import export
+
+    count = export(load_course(), args.assignment, args.to)
+    print(f"exported {count} student(s) of {args.assignment} to {args.to}")
+
+
+def cmd_roster(args):
+    from grader.course import load_course
+    from grader.export import import_roster
+
+    print(f"added or updated {import_roster(load_course(), args.file)} student(s) from {args.file}")
+
+
+# ---- student commands ----------------------------------------------------------------
+
+def cmd_fetch(args):
+    from grader.student import fetch
+
+    print(f"fetched {args.assignment} into {fetch(args.assignment, args.course_id, args.exchange, args.student)}")
+
+
+def cmd_submit(args):
+    from grader.student import submit
+
+    who = submit(args.assignment, args.course_id, args.exchange, args.student)
+    print(f"submitted {args.assignment} for {args.course_id} as {who}")
+
+
+def cmd_validate(args):
+    from grader.student import validate
+
+    results = validate(args.assignment)
+    for name, problems, _ in results:
+        print(f"  {name}: " + ("passes its visible tests" if not problems else f"{problems} problem(s)"))
+    bad = sum(p for _, p, _ in results)
+    if bad:
+        raise GraderError(f"{args.assignment}: {bad} visible test(s) fail or locked cells changed")
+    print(f"{args.assignment}: all visible tests pass")
+
+
+def cmd_fetch_feedback(args):
+    from grader.student import fetch_feedback
+
+    pages = fetch_feedback(args.assignment, args.course_id, args.exchange, args.student)
+    print(f"fetched feedback for {args.assignment}: " + ", ".join(pages))
+
+
+def cmd_fetch_solutions(args):
+    from grader.student import fetch_solutions
+
+    print(f"fetched the solutions of {args.assignment} into "
+          f"{fetch_solutions(args.assignment, args.course_id, args.exchange, args.student)}")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="grader", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"grader {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show nbgrader's log")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, func, help, assignment=True):
+        p = sub.add_parser(name, help=help, description=help)
+        if assignment:
+            p.add_argument("assignment")
+        p.set_defaults(func=func)
+        return p
+
+    p = command("init", cmd_init, "create a course directory with its nbgrader config", assignment=False)
+    p.add_argument("directory")
+    p.add_argument("--course-id", required=True)
+    p.add_argument("--exchange", help="exchange root (default /srv/nbgrader/exchange)")
+    p.add_argument("--kernel", default="python3", help="the pinned kernelspec name")
+    p.add_argument("--db-url", help="SQLAlchemy URL of the gradebook (default: sqlite in the course)")
+    command("doctor", cmd_doctor, "check sandbox, exchange, kernel and gradebook", assignment=False)
+    p = command("generate", cmd_generate, "make the student version (nbgrader generate_assignment)")
+    p.add_argument("--due", help="due date, ISO 8601 (UTC unless it says otherwise) or 'now'")
+    p = command("due", cmd_due, "show or set the due date")
+    p.add_argument("date", nargs="?")
+    p = command("release", cmd_release, "release the assignment to the exchange")
+    p.add_argument("--force", action="store_true", help="replace an earlier release")
+    command("collect", cmd_collect, "collect submissions (every one is archived)")
+    p = command("autograde", cmd_autograde, "grade collected submissions in sandboxes")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="parallel sandboxes")
+    p = command("feedback", cmd_feedback, "generate and release feedback")
+    p.add_argument("--no-release", action="store_true")
+    p = command("solutions", cmd_solutions, "generate and release solutions (after the due date)")
+    p.add_argument("--force", action="store_true", help="release before the due date")
+    p.add_argument("--no-release", action="store_true")
+    p = command("export", cmd_export, "write the grades as CSV")
+    p.add_argument("--to", required=True, help="output CSV file")
+    p = command("roster", cmd_roster, "add students from a CSV (id, first_name, last_name, email, lms_user_id)",
+                assignment=False)
+    p.add_argument("file")
+
+    for name, func, help in [
+        ("fetch", cmd_fetch, "fetch a released assignment"),
+        ("validate", cmd_validate, "run the visible tests of ./ASSIGNMENT"),
+        ("submit", cmd_submit, "submit ./ASSIGNMENT"),
+        ("fetch-feedback", cmd_fetch_feedback, "fetch released feedback"),
+        ("fetch-solutions", cmd_fetch_solutions, "fetch released solutions"),
+    ]:
+        p = command(name, func, help)
+        if name != "validate":
+            p.add_argument("--course-id", required=True)
+            p.add_argument("--exchange", help="exchange root (default /srv/nbgrader/exchange)")
+            p.add_argument("--student", help="student name (default: the logged-in user)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="[%(levelname)s] %(message)s")
+    log.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        # nbgrader's apps log at INFO through their own loggers; only -v shows that
+        handler.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    for noisy in ("traitlets", "NbGraderAPI", "grader.nbgrader"):
+        logging.getLogger(noisy).setLevel(logging.INFO if args.verbose else logging.ERROR)
+    try:
+        args.func(args)
+    except GraderError as err:
+        print(f"grader {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"grader {args.command}: interrupted; run it again to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

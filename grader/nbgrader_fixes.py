@@ -1,0 +1,17 @@
+"""Workarounds for nbgrader 0.9 behaviour that breaks grading, as preprocessors.
+
+`DeduplicateIds` empties the `nbgrader` metadata of a duplicated cell, and with
+`OverwriteCells.add_missing_cells` nbgrader then fails on that empty dict
+(`KeyError: 'grade_id'`), so the whole submission goes ungraded. Removing the
+empty dict makes the duplicate an ordinary cell, which is what was meant.
+"""
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+
+class DropEmptyNbgraderMetadata(NbGraderPreprocessor):
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if "nbgrader" in cell.metadata and not cell.metadata["nbgrader"]:
+                del cell.metadata["nbgrader"]
+        return nb, resources
