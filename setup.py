@@ -5,9 +5,13 @@ the same dotted name. Flags:
 
 * ``-O3 -fopenmp`` for compile and link (OpenMP is what makes ``prange`` run
   in parallel; without it the loops silently run on one thread).
-* Portable by default (x86-64-v3 where the compiler and CPU support AVX2/FMA is
-  *not* assumed). Set ``NK_NATIVE=1`` to add ``-march=native`` when the
-  package is built and used on the same machine.
+* Portable by default: no ``-march`` flag, so the module runs on any x86-64.
+  The hot loops still use AVX2+FMA or AVX-512 where the CPU has them: the C
+  headers next to ``ndarray_backend_cpu.pyx`` compile them once per
+  instruction set (``target`` attributes) and pick one at run time
+  (``__builtin_cpu_supports``). Set ``NK_NATIVE=1`` to add ``-march=native``
+  (only the remaining, baseline code changes) when the package is built and
+  used on the same machine.
 """
 import glob
 import os

@@ -12,17 +12,27 @@ each op's ``compute`` (forward and backward together) and in each backend
 kernel.
 
     python benchmarks/bench_models.py [--threads N] [--repeat R] [--profile]
-"""
-import argparse
-import collections
-import cProfile
-import os
-import pstats
-import sys
-import time
-from pathlib import Path
 
-import numpy as np
+Both libraries run in this one process, each with its own OpenMP runtime
+(torch ships its own libgomp). By default an OpenMP thread keeps spinning
+for a while after a parallel region, so the idle runtime's threads take the
+cores the busy one needs and both slow down several-fold on a small machine.
+The script therefore sets ``OMP_WAIT_POLICY=PASSIVE`` unless the variable is
+already set (it must be set before either runtime starts).
+"""
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import cProfile  # noqa: E402
+import pstats  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
@@ -243,7 +253,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     threads = args.threads or get_threads()
     set_threads(threads)
-    print(f"device {ndl.default_device()}, threads {threads}, torch {torch.__version__ if torch else 'not installed'}")
+    print(f"device {ndl.default_device()}, threads {threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+          f"torch {torch.__version__ if torch else 'not installed'}")
     rows = []
 
     if args.only in (None, "mlp"):

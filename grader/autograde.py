@@ -70,8 +70,7 @@ def _execute_queue(course, jobs, log):
     entries = sorted(p for p in queue_dir(course.root).glob("*") if (p / "in.ipynb").exists())
     if not entries:
         return 0
-    settings = RunSettings.from_config(
-        course.config, hidden=[str(course.root), course.exchange_root])
+    settings = RunSettings.from_config(course.config, course.root)
     cache = ExecutionCache(course.root)
 
     def execute(entry):

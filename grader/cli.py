@@ -89,6 +89,21 @@ def cmd_generate(args):
         points = a.max_score
     print(f"generated release/{args.assignment}: {len(names)} notebook(s) ({', '.join(names)}), "
           f"{points:g} points; due {due or 'not set'} UTC")
+    if args.no_proof:
+        return
+    from grader.proof import prove
+
+    problems = []
+    for proof in prove(course, args.assignment, log):
+        print(f"  {proof.notebook}: the solution passes {proof.tests - len(proof.solution_failures)}"
+              f"/{proof.tests} tests; the released version passes {len(proof.release_passes)}")
+        if proof.solution_failures:
+            problems.append(f"{proof.notebook}: the solution fails {', '.join(proof.solution_failures)}")
+        if proof.release_passes and len(proof.release_passes) == proof.tests:
+            problems.append(f"{proof.notebook}: the released version already passes every test")
+    if problems:
+        raise GraderError("the assignment is not ready: " + "; ".join(problems) +
+                          " (fix the source, or --no-proof to skip this check)")
 
 
 def cmd_due(args):
@@ -195,11 +210,16 @@ def cmd_validate(args):
     from grader.student import validate
 
     results = validate(args.assignment)
-    for name, problems, _ in results:
+    for name, problems, found in results:
         print(f"  {name}: " + ("passes its visible tests" if not problems else f"{problems} problem(s)"))
+        for kind, cells in sorted(found.items()):
+            for cell in cells:
+                source = cell.get("source", "") if isinstance(cell, dict) else str(cell)
+                print(f"      {kind.replace('_', ' ')}: {source.strip().splitlines()[0][:70] if source.strip() else '(empty cell)'}")
     bad = sum(p for _, p, _ in results)
     if bad:
-        raise GraderError(f"{args.assignment}: {bad} visible test(s) fail or locked cells changed")
+        raise GraderError(f"{args.assignment}: {bad} problem(s): failing visible tests, unanswered "
+                          "questions or changed locked cells")
     print(f"{args.assignment}: all visible tests pass")
 
 
@@ -239,6 +259,8 @@ def build_parser():
     command("doctor", cmd_doctor, "check sandbox, exchange, kernel and gradebook", assignment=False)
     p = command("generate", cmd_generate, "make the student version (nbgrader generate_assignment)")
     p.add_argument("--due", help="due date, ISO 8601 (UTC unless it says otherwise) or 'now'")
+    p.add_argument("--no-proof", action="store_true",
+                   help="skip running the solution and the released version in the sandbox")
     p = command("due", cmd_due, "show or set the due date")
     p.add_argument("date", nargs="?")
     p = command("release", cmd_release, "release the assignment to the exchange")

@@ -12,14 +12,21 @@ test accuracy of
 
 The data directory defaults to ``$NEEDLE_DATA_DIR``, else ``../shared/data``
 beside the repository when present, else the standard cache.
-"""
-import argparse
-import os
-import sys
-import time
-from pathlib import Path
 
-import numpy as np
+numpy's BLAS threads and the OpenMP threads of the Cython kernels take turns
+here; ``OMP_WAIT_POLICY=PASSIVE`` (set unless already set) stops idle OpenMP
+threads from spinning on the cores the other one needs.
+"""
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing

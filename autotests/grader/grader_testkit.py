@@ -49,6 +49,43 @@ def grader(args, cwd, home, check=True, timeout=600):
     return proc
 
 
+class Completed:
+    """What `grader_inprocess` returns: the same fields as subprocess.CompletedProcess."""
+
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def grader_inprocess(args, cwd, home, check=True):
+    """`grader ARGS` through `grader.cli.main` in this process (no interpreter start-up).
+
+    For the many quick student commands; HOME and the working directory are switched
+    for the call and restored after it.
+    """
+    import contextlib
+    import io
+
+    sys.path.insert(0, str(REPO))
+    from grader.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_cwd, saved_env = os.getcwd(), dict(os.environ)
+    os.environ.update(environment(home))
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in args])
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    result = Completed(code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"grader {' '.join(map(str, args))} exited {code}\n"
+                             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
 def tree_hashes(root, skip=()):
     """{relative path: sha256} of every file under `root`, except under the `skip` prefixes."""
     root = Path(root)

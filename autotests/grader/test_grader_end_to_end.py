@@ -15,7 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader_testkit import FIXTURES, environment, gradebook_scores, grader, require_bwrap, tree_hashes
+from grader_testkit import (FIXTURES, environment, gradebook_scores, grader, grader_inprocess,
+                            require_bwrap, tree_hashes)
 from simulated_class import LATE, ON_TIME, write_submission
 
 pytestmark = pytest.mark.slow
@@ -41,8 +42,8 @@ class Class:
     def student(self, name, *args, check=True):
         folder = self.students / name
         folder.mkdir(parents=True, exist_ok=True)
-        return grader([*args, "--course-id", COURSE_ID, "--exchange", self.exchange,
-                       "--student", name], folder, self.home, check=check)
+        return grader_inprocess([*args, "--course-id", COURSE_ID, "--exchange", self.exchange,
+                                 "--student", name], folder, self.home, check=check)
 
     def snapshot(self):
         return {"course": tree_hashes(self.course, skip=GRADER_OUTPUTS),
@@ -92,7 +93,9 @@ def graded(tmp_path_factory):
 
     for name, (make, _) in ON_TIME.items():
         submit(name, make)
-    klass.student("correct", "validate", "ps1", check=False)  # exercised below
+    for name in ("correct", "blank"):
+        out[f"validate_{name}"] = grader_inprocess(["validate", "ps1"], klass.students / name, klass.home,
+                                                   check=False)
 
     # before the due date, solutions are refused and cannot be fetched
     out["solutions_early"] = klass.run("solutions", "ps1", check=False)
@@ -149,10 +152,18 @@ def feedback_html(klass, name):
 def test_commands_summarise_what_they_did(graded):
     assert "created course 'dlsys'" in graded.out["init"].stdout
     assert "generated release/ps1: 1 notebook(s) (ps1), 7 points" in graded.out["generate"].stdout
+    assert "ps1: the solution passes 3/3 tests; the released version passes 0" in graded.out["generate"].stdout
     assert "collected 14 submission(s) of ps1; 14 new in the archive" in graded.out["collect"].stdout
     assert "forged timestamp: forger" in graded.out["collect"].stdout
     assert "autograded 14 submission(s) of ps1" in graded.out["autograde_j2"].stdout
     assert "sandbox bwrap" in graded.out["autograde_j2"].stdout
+
+
+def test_validate_runs_the_visible_tests(graded):
+    assert graded.out["validate_correct"].returncode == 0, graded.out["validate_correct"].stderr
+    blank = graded.out["validate_blank"]
+    assert blank.returncode == 1 and "failing visible tests" in blank.stderr
+    assert "failed: assert add(1, 2) == 3" in blank.stdout
 
 
 @pytest.mark.parametrize("name", list(ON_TIME) + list(LATE))

@@ -409,3 +409,32 @@ def test_transformer_layer_vs_torch():
     np.testing.assert_allclose(X.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.linear1.weight.grad.numpy(), W1.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.linear2.weight.grad.numpy(), W2.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_embedding_gather_equals_one_hot_matmul(device):
+    np.random.seed(16)
+    emb = nn.Embedding(9, 4, device=device)
+    ids = np.random.randint(0, 9, size=(5, 3))
+    out = emb(ndl.Tensor(ids.astype(np.float32), device=device, requires_grad=False))
+    W = ndl.Tensor(emb.weight.numpy(), device=device)
+    ref = ndl.init.one_hot(9, ids.reshape(-1), device=device) @ W
+    np.testing.assert_allclose(out.numpy().reshape(15, 4), ref.numpy(), rtol=1e-6)
+    G = np.random.randn(5, 3, 4).astype(np.float32)
+    (out * ndl.Tensor(G, device=device, requires_grad=False)).sum().backward()
+    (ref * ndl.Tensor(G.reshape(15, 4), device=device, requires_grad=False)).sum().backward()
+    np.testing.assert_allclose(emb.weight.grad.numpy(), W.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert emb.weight.grad.device == device
+
+
+def test_embedding_ops_are_adjoint():
+    """Gather and scatter are each other's gradient, so second derivatives work."""
+    np.random.seed(17)
+    ids = np.array([2, 0, 2, 1])
+    g = _t(np.random.randn(4, 3))
+    R = np.random.randn(5, 3).astype(np.float32)
+    scattered = nn.EmbeddingScatter(ids, 5)(g)
+    expect = np.zeros((5, 3), np.float32)
+    np.add.at(expect, ids, g.numpy())
+    np.testing.assert_allclose(scattered.numpy(), expect, rtol=1e-6)
+    (scattered * _t(R, requires_grad=False)).sum().backward()
+    np.testing.assert_allclose(g.grad.numpy(), R[ids], rtol=1e-6)

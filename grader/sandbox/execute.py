@@ -60,9 +60,7 @@ def _course_root(preprocessor) -> str:
 
 
 def _settings(preprocessor, course_root):
-    hidden = [course_root, preprocessor.config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange"),
-              os.path.expanduser("~")]
-    return RunSettings.from_config(preprocessor.config, hidden=hidden)
+    return RunSettings.from_config(preprocessor.config, course_root)
 
 
 def _incidents(nb) -> list:

@@ -45,7 +45,9 @@ class RunSettings:
     hidden: list = field(default_factory=list)
 
     @classmethod
-    def from_config(cls, config, hidden=()):
+    def from_config(cls, config, course_root):
+        """Settings from a course config; in unshare mode the course, the exchange and the
+        grader's home are hidden (bubblewrap shows only what it binds anyway)."""
         from grader.sandbox.execute import SandboxedExecute
         from grader.settings import Sandbox
 
@@ -59,7 +61,9 @@ class RunSettings:
                     "max_file_bytes": box.max_file_mb << 20, "max_open_files": box.max_open_files,
                     "cpu_seconds": box.notebook_budget},
             uid_base=box.uid_base, tmp_mb=box.tmp_mb, readonly=list(box.readonly_paths),
-            packages=list(box.packages), hidden=list(box.hidden_paths) + list(hidden))
+            packages=list(box.packages),
+            hidden=list(box.hidden_paths) + [str(course_root), os.path.expanduser("~"),
+                                             config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange")])
 
     def fingerprint(self) -> dict:
         """The settings that change results; paths to hide or show do not."""

@@ -9,9 +9,11 @@ labour:
   ``check_*`` helpers, so both raise the same ``ValueError``) and then, without
   the GIL, cuts the work into chunks run by OpenMP threads (``prange``);
 * ``ndarray_backend_cpu_kernels.h`` holds the vectorized loop one thread runs
-  on one chunk, and ``ndarray_backend_cpu_gemm.h`` the packed, register-blocked
-  matmul micro-kernel, each compiled for several instruction sets and chosen
-  when the module loads.
+  on one chunk (``ndarray_backend_cpu_vmath.h``: exp, log, tanh, max) and
+  ``ndarray_backend_cpu_gemm.h`` the packed, register-blocked matmul
+  micro-kernel; each is compiled for several instruction sets (baseline,
+  AVX2+FMA, AVX-512) and the widest one the CPU runs is chosen when the
+  module loads, so a portable build still uses wide registers.
 
 Small kernels run on one thread (see ``num_threads_for``): waking a thread
 team costs microseconds, more than adding a few thousand floats.
@@ -25,7 +27,6 @@ import operator
 
 import numpy as np
 
-cimport cython
 cimport openmp
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdlib cimport free
@@ -728,10 +729,12 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
                 while pc < n:
                     kcur = kc if kc < n - pc else n - pc
                     for jp in prange(npan, schedule="static"):
+                        nk_note_thread(threadid())
                         nk_pack_b(B + pc * p + jc, p, kcur, jp * NR,
                                   (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, NR, Bp)
-                    for ib in prange(nb, schedule="static"):
-                        nk_note_thread(threadid())
+                    # dynamic: on a busy machine a thread that got its core
+                    # back late takes fewer row blocks instead of stalling all
+                    for ib in prange(nb, schedule="dynamic"):
                         Ap = Ap_all + threadid() * mc * kc
                         i0 = ib * mc
                         mcur = mc if mc < m - i0 else m - i0

@@ -8,10 +8,11 @@ Weights are stored input-major so a step is ``X @ W_ih + h @ W_hh``:
 import numpy as np
 
 from .. import init, ops
-from ..autograd import Tensor
+from ..autograd import Tensor, TensorOp
+from ..backend_selection import array_api, device_of
 from .nn_basic import Module, Parameter
 
-__all__ = ["RNNCell", "RNN", "LSTMCell", "LSTM", "Embedding"]
+__all__ = ["RNNCell", "RNN", "LSTMCell", "LSTM", "Embedding", "EmbeddingGather", "EmbeddingScatter"]
 
 
 def _check_input(X, ndim, last, what):
@@ -182,12 +183,56 @@ class LSTM(Module):
         return X, (ops.stack(hs, 0), ops.stack(cs, 0))
 
 
+def _host(a):
+    return a if isinstance(a, np.ndarray) else a.numpy()
+
+
+def _like(x, a):
+    """The numpy array x as an array of the same kind and device as a."""
+    return array_api.array(np.ascontiguousarray(x, dtype=np.float32), device=device_of(a))
+
+
+class EmbeddingGather(TensorOp):
+    """out[r] = weight[ids[r]]: rows of weight (N, D) picked by the flat integer ids (R,).
+
+    Equal to one_hot(ids) @ weight without building the (R, N) one-hot
+    matrix. Its gradient sums the rows of out_grad into the rows they came
+    from (EmbeddingScatter); the two ops are each other's adjoint, so
+    gradients of gradients work too.
+    """
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def compute(self, weight):
+        return _like(_host(weight)[self.ids], weight)
+
+    def gradient(self, out_grad, node):
+        return EmbeddingScatter(self.ids, node.inputs[0].shape[0])(out_grad)
+
+
+class EmbeddingScatter(TensorOp):
+    """out (N, D) with out[n] = sum of g[r] over the r with ids[r] = n: one_hot(ids)^T @ g."""
+
+    def __init__(self, ids, num_rows):
+        self.ids, self.num_rows = ids, num_rows
+
+    def compute(self, g):
+        host = _host(g)
+        out = np.zeros((self.num_rows, host.shape[1]), dtype=np.float32)
+        np.add.at(out, self.ids, host)
+        return _like(out, g)
+
+    def gradient(self, out_grad, node):
+        return EmbeddingGather(self.ids)(out_grad)
+
+
 class Embedding(Module):
     """A lookup table: x (T, B) of integer ids -> (T, B, D) rows of ``weight`` (N, D), weight ~ N(0, 1).
 
-    The lookup is ``one_hot(x) @ weight``, so the gradient of ``weight`` is
-    ``one_hot(x)^T @ out_grad``: each row receives the sum of the gradients
-    of the positions that used it.
+    The result is ``one_hot(x) @ weight``, computed as a row gather, so the
+    gradient of ``weight`` is ``one_hot(x)^T @ out_grad``: each row receives
+    the sum of the gradients of the positions that used it.
     """
 
     def __init__(self, num_embeddings, embedding_dim, device=None, dtype="float32"):
@@ -206,5 +251,4 @@ class Embedding(Module):
                 f"Embedding: indices must be integers in [0, {self.num_embeddings}), "
                 f"got values in [{idx.min()}, {idx.max()}] (input shape {shape})"
             )
-        one_hot = init.one_hot(self.num_embeddings, ids, device=self.weight.device, dtype=self.dtype)
-        return (one_hot @ self.weight).reshape((*shape, self.embedding_dim))
+        return EmbeddingGather(ids)(self.weight).reshape((*shape, self.embedding_dim))

@@ -1,0 +1,80 @@
+"""Late policy, forged timestamps, hidden tests in feedback, CLI error handling."""
+
+import datetime
+import sys
+
+import nbformat
+import pytest
+from traitlets.config import Config
+
+from grader_testkit import REPO, grader
+
+sys.path.insert(0, str(REPO))
+from grader.feedback import HideHiddenTests  # noqa: E402
+from grader.late import GraceLatePenalty, judge_timestamp  # noqa: E402
+
+UTC = datetime.timezone.utc
+DUE = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def test_honest_timestamp_is_kept():
+    trusted, note = judge_timestamp("2026-03-01 11:59:00.000000 UTC", DUE - datetime.timedelta(minutes=1),
+                                    DUE - datetime.timedelta(seconds=59), 120)
+    assert note is None and trusted == DUE - datetime.timedelta(minutes=1)
+
+
+def test_backdated_timestamp_is_flagged_and_arrival_used():
+    arrived = DUE + datetime.timedelta(hours=2)
+    trusted, note = judge_timestamp("2026-03-01 11:00:00.000000 UTC", arrived, arrived, 120)
+    assert trusted == arrived and note.startswith("FORGED TIMESTAMP")
+
+
+def test_timestamp_disagreeing_with_the_exchange_name_is_flagged():
+    named = DUE + datetime.timedelta(hours=1)
+    trusted, note = judge_timestamp("2026-03-01 11:00:00.000000 UTC", named, named, 120)
+    assert "differs from the submission's own record" in note
+
+
+@pytest.mark.parametrize("grace, late, penalty", [(10, 5 * 60, None), (10, 11 * 60, 4.0), (0, 1, 4.0)])
+def test_grace_period(grace, late, penalty):
+    plugin = GraceLatePenalty(config=Config({"LatePolicy": {"grace_minutes": grace}}))
+    assert plugin.late_submission_penalty("s", 4.0, late) == penalty
+
+
+def test_hidden_tests_are_withheld_but_their_result_shown():
+    cell = nbformat.v4.new_code_cell("assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(2) == 'secret'\n"
+                                     "### END HIDDEN TESTS")
+    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="",
+                                           traceback=["----> 3 assert f(2) == 'secret'"])]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb, _ = HideHiddenTests().preprocess(nb, {})
+    text = nbformat.writes(nb)
+    assert "secret" not in text and "assert f(1) == 1" in text and "AssertionError" in text
+    revealed, _ = HideHiddenTests(config=Config({"FeedbackPolicy": {"reveal_hidden_tests": True}})) \
+        .preprocess(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            "### BEGIN HIDDEN TESTS\nx\n### END HIDDEN TESTS")]), {})
+    assert "BEGIN HIDDEN TESTS" in revealed.cells[0].source
+
+
+def test_commands_fail_clearly(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = grader(["autograde", "ps1"], tmp_path, home, check=False)
+    assert proc.returncode == 1 and "is not a course directory" in proc.stderr
+    grader(["init", tmp_path / "c", "--course-id", "c1", "--exchange", tmp_path / "x"], tmp_path, home)
+    proc = grader(["autograde", "nope"], tmp_path / "c", home, check=False)
+    assert proc.returncode == 1 and "'nope' is not in the gradebook" in proc.stderr
+    proc = grader(["init", tmp_path / "c", "--course-id", "c1"], tmp_path, home, check=False)
+    assert proc.returncode == 1 and "already exists" in proc.stderr
+    proc = grader(["fetch", "ps9", "--course-id", "c1", "--exchange", tmp_path / "x"], tmp_path, home,
+                  check=False)
+    assert proc.returncode == 1 and "fetch" in proc.stderr.lower()
+
+
+def test_doctor_reports_the_sandbox(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    grader(["init", tmp_path / "c", "--course-id", "c1", "--exchange", tmp_path / "x"], tmp_path, home)
+    proc = grader(["doctor"], tmp_path / "c", home, check=False)
+    assert "sandbox bwrap" in proc.stdout and "exchange" in proc.stdout and "kernel" in proc.stdout
+    assert proc.returncode == (0 if "ready to grade" in proc.stdout else 1)
