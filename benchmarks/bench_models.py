@@ -181,49 +181,60 @@ class TorchResNet9Step:
 # ---------------------------------------------------------------- profiling
 
 
-def profile(fn, top=15):
-    """Run fn once; print time per op (compute, forward and backward) and per backend kernel."""
-    op_time = collections.Counter()
-    op_calls = collections.Counter()
-    originals = {}
+def profile(fn, top=12):
+    """Run fn once; print the time per op (its compute, forward and backward
+    together), per backend kernel of the default device, and the Python
+    functions with the most own time."""
+    op_time, op_calls = collections.Counter(), collections.Counter()
+    k_time, k_calls = collections.Counter(), collections.Counter()
+    restore = []
+
+    def timer(fn, name, times, calls):
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                times[name] += time.perf_counter() - t
+                calls[name] += 1
+        return timed
+
     for cls in set(_all_subclasses(ndl.autograd.Op)):
         if "compute" in cls.__dict__:
-            originals[cls] = cls.compute
-
-            def timed(self, *args, _orig=cls.compute, _name=cls.__name__):
-                t = time.perf_counter()
-                try:
-                    return _orig(self, *args)
-                finally:
-                    op_time[_name] += time.perf_counter() - t
-                    op_calls[_name] += 1
-
-            cls.compute = timed
+            restore.append((cls, "compute", cls.compute))
+            cls.compute = timer(cls.compute, cls.__name__, op_time, op_calls)
+    mod = getattr(ndl.default_device(), "mod", None)
+    if mod is not None:
+        for name in dir(mod):
+            f = getattr(mod, name)
+            if not name.startswith("_") and callable(f) and not isinstance(f, type):
+                restore.append((mod, name, f))
+                setattr(mod, name, timer(f, name, k_time, k_calls))
+    prof = cProfile.Profile()
     try:
         start = time.perf_counter()
-        prof = cProfile.Profile()
         prof.enable()
         fn()
         prof.disable()
         total = time.perf_counter() - start
     finally:
-        for cls, orig in originals.items():
-            cls.compute = orig
-    print(f"  total {total * 1e3:.0f} ms (profiled); time inside op compute: {sum(op_time.values()) * 1e3:.0f} ms")
-    print(f"  {'op':<24} {'calls':>7} {'ms':>9} {'share':>6}")
+        for obj, name, f in reversed(restore):
+            setattr(obj, name, f)
+    print(f"  total {total * 1e3:.0f} ms (profiled, timers included); in op compute "
+          f"{sum(op_time.values()) * 1e3:.0f} ms; in backend kernels {sum(k_time.values()) * 1e3:.0f} ms")
+    print(f"  {'op (compute)':<24} {'calls':>7} {'ms':>9} {'share':>6}")
     for name, t in op_time.most_common(top):
         print(f"  {name:<24} {op_calls[name]:>7} {t * 1e3:>9.1f} {t / total:>6.1%}")
+    if k_time:
+        print(f"  {'backend kernel':<24} {'calls':>7} {'ms':>9} {'share':>6}")
+        for name, t in k_time.most_common(top):
+            print(f"  {name:<24} {k_calls[name]:>7} {t * 1e3:>9.1f} {t / total:>6.1%}")
+    print("  Python functions by own time:")
     stats = pstats.Stats(prof)
-    rows = []
-    for (file, line, func), (cc, nc, tt, ct, callers) in stats.stats.items():
-        if "ndarray_backend" in file or file == "~" and "ndarray_backend" in func or "numpy" in func:
-            rows.append((tt, nc, f"{Path(file).name}:{func}" if file != "~" else func))
-    rows.sort(reverse=True)
-    print(f"  {'kernel / builtin':<60} {'calls':>7} {'ms':>9}")
-    for tt, nc, name in rows[:top]:
-        print(f"  {name[:60]:<60} {nc:>7} {tt * 1e3:>9.1f}")
-    print("  top Python functions by own time:")
-    stats.sort_stats("tottime").print_stats(8)
+    rows = sorted(((tt, nc, f"{Path(file).name}:{line}({func})") for (file, line, func), (cc, nc, tt, ct, _)
+                   in stats.stats.items()), reverse=True)
+    for tt, nc, name in rows[:8]:
+        print(f"  {name[:60]:<60} {nc:>7} {tt * 1e3:>9.1f} ms")
 
 
 def _all_subclasses(cls):

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 from grader import GraderError, notes
-from grader.settings import FeedbackPolicy
 
 PLACEHOLDER = "# [hidden tests: their source is not shown; their result is below]"
 
@@ -22,10 +21,12 @@ class HideHiddenTests(NbGraderPreprocessor):
     """Withhold hidden-test source from feedback, keep their outcome."""
 
     def preprocess(self, nb, resources):
-        if FeedbackPolicy(config=self.config).reveal_hidden_tests:
+        if self.config.get("FeedbackPolicy", {}).get("reveal_hidden_tests", False):
             return nb, resources
-        markers = ClearHiddenTests(config=self.config)
-        begin, end = markers.begin_test_delimeter, markers.end_test_delimeter
+        # the same markers nbgrader's ClearHiddenTests uses (configurable there)
+        markers = self.config.get("ClearHiddenTests", {})
+        begin = markers.get("begin_test_delimeter", ClearHiddenTests.begin_test_delimeter.default_value)
+        end = markers.get("end_test_delimeter", ClearHiddenTests.end_test_delimeter.default_value)
         for cell in nb.cells:
             if cell.cell_type == "code" and begin in cell.source:
                 cell.source = _strip_region(cell.source, begin, end)

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader_testkit import (FIXTURES, environment, gradebook_scores, grader, grader_inprocess,
+from grader_testkit import (FIXTURES, REPO, environment, gradebook_scores, grader, grader_inprocess,
                             require_bwrap, tree_hashes)
 from simulated_class import LATE, ON_TIME, write_submission
 
@@ -40,10 +40,12 @@ class Class:
         return grader(args, cwd or self.course, self.home, check=check, timeout=timeout)
 
     def student(self, name, *args, check=True):
+        # each student works in their own home, as on a real hub (nbgrader keeps a
+        # per-home cache of submissions, which fetch-feedback matches against)
         folder = self.students / name
         folder.mkdir(parents=True, exist_ok=True)
         return grader_inprocess([*args, "--course-id", COURSE_ID, "--exchange", self.exchange,
-                                 "--student", name], folder, self.home, check=check)
+                                 "--student", name], folder, folder, check=check)
 
     def snapshot(self):
         return {"course": tree_hashes(self.course, skip=GRADER_OUTPUTS),
@@ -81,7 +83,8 @@ def graded(tmp_path_factory):
     snoop = {"read": [str(klass.course / "gradebook.db"), str(klass.course / "source" / "ps1" / "ps1.ipynb"),
                       str(klass.course), str(klass.exchange), str(klass.exchange / COURSE_ID / "inbound"),
                       str(klass.course / "submitted" / "correct" / "ps1" / "ps1.ipynb"),
-                      str(klass.home), str(klass.students / "correct" / "ps1" / "ps1.ipynb"), "/root"],
+                      str(klass.home), str(klass.students / "correct" / "ps1" / "ps1.ipynb"),
+                      str(REPO / "grader"), str(REPO / "autotests")],
              "write": [str(klass.course / "pwned.txt"), str(klass.exchange / "pwned.txt"),
                        str(klass.home / "pwned.txt"), "/grader-sandbox/pwned.txt"]}
     out["snoop_paths"] = snoop
@@ -94,8 +97,8 @@ def graded(tmp_path_factory):
     for name, (make, _) in ON_TIME.items():
         submit(name, make)
     for name in ("correct", "blank"):
-        out[f"validate_{name}"] = grader_inprocess(["validate", "ps1"], klass.students / name, klass.home,
-                                                   check=False)
+        out[f"validate_{name}"] = grader_inprocess(["validate", "ps1"], klass.students / name,
+                                                   klass.students / name, check=False)
 
     # before the due date, solutions are refused and cannot be fetched
     out["solutions_early"] = klass.run("solutions", "ps1", check=False)
@@ -223,7 +226,7 @@ def test_snooper_saw_nothing(graded):
     assert "READABLE" not in text and "LISTED" not in text and "WROTE" not in text, text
     env_line = next(line for line in text.splitlines() if line.startswith("ENVIRONMENT"))
     assert str(graded.root) not in env_line  # no course, exchange or home path leaks
-    assert "/root" not in env_line
+    assert "PYTEST_CURRENT_TEST" not in env_line  # the grader's own environment is not passed on
 
 
 @pytest.mark.parametrize("name, reason", [

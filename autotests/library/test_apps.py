@@ -273,3 +273,16 @@ def test_ptb_loops(tmp_path, seq_model):
     simple_ml.train_ptb(lm, data, seq_len=10, n_epochs=3, optimizer=optimizer, lr=lr, clip=1.0, progress=False)
     acc1, loss1 = simple_ml.evaluate_ptb(lm, data, seq_len=10, progress=False)
     assert loss1 < loss0 and acc1 > acc0
+
+
+def test_nn_epoch_needle_tensors_match_numpy():
+    """hw1's nn_epoch on needle Tensors takes the same steps as hw0's numpy version."""
+    np.random.seed(3)
+    X = np.random.randn(60, 5).astype(np.float32)
+    y = np.random.randint(3, size=(60,)).astype(np.uint8)
+    W1 = (np.random.randn(5, 8) / np.sqrt(8)).astype(np.float32)
+    W2 = (np.random.randn(8, 3) / np.sqrt(3)).astype(np.float32)
+    T1, T2 = simple_ml.nn_epoch(X, y, ndl.Tensor(W1), ndl.Tensor(W2), lr=0.5, batch=25)
+    simple_ml.nn_epoch(X, y, W1, W2, lr=0.5, batch=25)
+    np.testing.assert_allclose(T1.numpy(), W1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(T2.numpy(), W2, rtol=1e-5, atol=1e-5)

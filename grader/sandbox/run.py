@@ -82,7 +82,11 @@ class RunResult:
 def execution_key(nb, workdir, settings: RunSettings) -> str:
     """Content hash of what is executed: the notebook, the files beside it, the settings."""
     digest = hashlib.sha256()
-    digest.update(json.dumps(nb, sort_keys=True).encode())
+    # cell ids are left out: nbgrader gives a restored (deleted) cell a fresh random id
+    # on every pass, and outputs are matched by position anyway
+    cells = [{k: v for k, v in cell.items() if k != "id"} for cell in nb.get("cells", [])]
+    digest.update(json.dumps({"cells": cells, "metadata": nb.get("metadata", {})},
+                             sort_keys=True).encode())
     for path in sorted(Path(workdir).rglob("*")):
         if path.is_file() and path.suffix != ".ipynb":
             digest.update(str(path.relative_to(workdir)).encode())

@@ -84,15 +84,20 @@ def softmax_regression_epoch(X, y, theta, lr=0.1, batch=100):
 def nn_epoch(X, y, W1, W2, lr=0.1, batch=100):
     """One epoch of minibatch SGD for the two-layer network ``logits = ReLU(X W1) W2``.
 
-    Updates W1 (n, d) and W2 (d, k) in place. Per minibatch (b rows):
+    numpy W1 (n, d), W2 (d, k) (hw0): updated in place. Per minibatch (b rows):
         Z1 = ReLU(X_b W1);  G2 = softmax(Z1 W2) - I_y;  G1 = 1{Z1 > 0} * (G2 W2^T)
         W1 -= lr / b * X_b^T G1;  W2 -= lr / b * Z1^T G2
+    needle Tensors W1, W2 (hw1): the same step with the gradients from
+    ``backward()``; new Tensors are made each step.
+    Returns ``(W1, W2)``.
     """
     _check_xy(X, y)
     if X.shape[1] != W1.shape[0] or W1.shape[1] != W2.shape[0]:
         raise ValueError(f"shapes X {X.shape}, W1 {W1.shape}, W2 {W2.shape} do not chain")
     if batch <= 0:
         raise ValueError(f"batch must be > 0, got {batch}")
+    if not isinstance(W1, np.ndarray):
+        return _nn_epoch_needle(X, y, W1, W2, lr, batch)
     for start in range(0, X.shape[0], batch):
         Xb, yb = X[start:start + batch], y[start:start + batch]
         b = Xb.shape[0]
@@ -101,6 +106,21 @@ def nn_epoch(X, y, W1, W2, lr=0.1, batch=100):
         G1 = (Z1 > 0) * (G2 @ W2.T)
         W1 -= lr / b * (Xb.T @ G1)
         W2 -= lr / b * (Z1.T @ G2)
+    return W1, W2
+
+
+def _nn_epoch_needle(X, y, W1, W2, lr, batch):
+    import needle_kernels as ndl
+
+    for start in range(0, X.shape[0], batch):
+        Xb = ndl.Tensor(X[start:start + batch], device=W1.device, requires_grad=False)
+        yb = y[start:start + batch]
+        Iy = ndl.Tensor(_one_hot(yb, W2.shape[1], np.float32), device=W1.device, requires_grad=False)
+        loss = softmax_loss(ndl.relu(Xb @ W1) @ W2, Iy)
+        loss.backward()
+        W1 = ndl.Tensor(W1.realize_cached_data() - W1.grad.realize_cached_data() * lr, device=W1.device)
+        W2 = ndl.Tensor(W2.realize_cached_data() - W2.grad.realize_cached_data() * lr, device=W2.device)
+    return W1, W2
 
 
 def softmax_regression_epoch_native(X, y, theta, lr=0.1, batch=100):

@@ -1,4 +1,15 @@
 """The strided NDArray and its three backends (numpy reference, Cython + OpenMP, cupy CUDA)."""
+import os
+
+# After a parallel region, libgomp's threads spin for a while before sleeping.
+# In a notebook that mixes numpy (OpenBLAS threads) or PyTorch (its own OpenMP
+# runtime) with needle_kernels on a small machine, those spinning threads take
+# the cores the other library needs: alternating numpy and OpenMP calls ran
+# about 10x slower here with the default policy than with threads that sleep
+# at once (benchmarks/bench_wait_policy.py). The runtime reads this when the
+# extension first loads; set OMP_WAIT_POLICY=ACTIVE or GOMP_SPINCOUNT to choose.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 from .device import (
     BackendDevice,
     all_devices,

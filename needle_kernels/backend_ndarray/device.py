@@ -22,6 +22,8 @@ def set_debug(flag=True):
     """Turn the per-kernel debug printer on or off at run time."""
     global _DEBUG
     _DEBUG = bool(flag)
+    for dev in _DEVICES.values():  # kernels cached before the switch must be looked up again
+        dev._forget_kernels()
 
 
 def _describe(arg):
@@ -48,6 +50,7 @@ class BackendDevice:
         self.name = name
         self.mod = mod
         self.reason = reason
+        self._cached = []
 
     def __eq__(self, other):
         return isinstance(other, BackendDevice) and self.name == other.name
@@ -75,7 +78,16 @@ class BackendDevice:
         fn = getattr(mod, name)
         if _DEBUG and callable(fn) and not isinstance(fn, type):
             return self._traced(name, fn)
+        # Cache on the instance: kernel lookups happen on every array operation,
+        # and an instance attribute is found without calling __getattr__ again.
+        self.__dict__[name] = fn
+        self._cached.append(name)
         return fn
+
+    def _forget_kernels(self):
+        for name in self._cached:
+            self.__dict__.pop(name, None)
+        self._cached.clear()
 
     def _traced(self, name, fn):
         mod = self.mod

@@ -10,6 +10,7 @@ same for every backend lives here, once; the backends are flat tables of
 kernels (see ``ndarray_backend_numpy.py``).
 """
 import builtins
+import functools
 import math
 import numbers
 
@@ -22,8 +23,9 @@ def prod(shape):
     return math.prod(shape)
 
 
+@functools.lru_cache(maxsize=4096)
 def compact_strides(shape):
-    """Row-major strides (in elements) of a shape."""
+    """Row-major strides (in elements) of a shape (cached: every new array asks)."""
     strides, stride = [], 1
     for n in reversed(shape):
         strides.append(stride)
@@ -99,6 +101,28 @@ class NDArray:
         self._offset = other._offset
         self._device = other._device
         self._handle = other._handle
+
+    @staticmethod
+    def _new(shape, device):
+        """A fresh compact array; the hot path of every operation, so no argument checks."""
+        array = object.__new__(NDArray)
+        array._shape = shape
+        array._strides = compact_strides(shape)
+        array._offset = 0
+        array._device = device
+        array._handle = device.Array(math.prod(shape))
+        return array
+
+    @staticmethod
+    def _alias(shape, strides, device, handle, offset):
+        """A view of an existing buffer with already-validated int tuples (no checks)."""
+        array = object.__new__(NDArray)
+        array._shape = shape
+        array._strides = strides
+        array._offset = offset
+        array._device = device
+        array._handle = handle
+        return array
 
     @staticmethod
     def make(shape, strides=None, device=None, handle=None, offset=0):
@@ -181,7 +205,7 @@ class NDArray:
         return self if device == self.device else NDArray(self.numpy(), device=device)
 
     def copy(self):
-        out = NDArray.make(self._shape, device=self.device)
+        out = NDArray._new(self._shape, self._device)
         self._copy_into(out)
         return out
 
@@ -199,11 +223,13 @@ class NDArray:
     # ------------------------------------------------------------ layout
     def is_contiguous(self):
         """Row-major strides (dimensions of size 1 may have any stride)."""
+        if self._strides == compact_strides(self._shape):
+            return True
         return all(n == 1 or s == c for n, s, c in zip(self._shape, self._strides, compact_strides(self._shape)))
 
     def is_compact(self):
         """Row-major, offset 0 and covering the whole buffer: what kernels take as input."""
-        return self._offset == 0 and self._handle.size == self.size and self.is_contiguous()
+        return self._offset == 0 and self._handle.size == math.prod(self._shape) and self.is_contiguous()
 
     def _copy_into(self, out):
         shape, strides = _kernel_view(self._shape, self._strides)
@@ -228,7 +254,7 @@ class NDArray:
                     f"as_strided: shape {shape} strides {strides} offset {self._offset} "
                     f"reaches outside a buffer of {self._handle.size} elements"
                 )
-        return NDArray.make(shape, strides, self.device, self._handle, self._offset)
+        return NDArray._alias(shape, strides, self._device, self._handle, self._offset)
 
     def reshape(self, *shape):
         """A view with a new shape (one -1 is inferred); copies first only if the view is not contiguous."""
@@ -245,17 +271,17 @@ class NDArray:
         if prod(shape) != self.size or any(n < 0 for n in shape):
             raise ValueError(f"reshape: cannot reshape array of shape {self._shape} ({self.size} elements) into {shape}")
         src = self if self.is_contiguous() else self.compact()
-        return NDArray.make(shape, compact_strides(shape), self.device, src._handle, src._offset)
+        return NDArray._alias(shape, compact_strides(shape), self._device, src._handle, src._offset)
 
     def permute(self, new_axes):
         """A view with the axes reordered: result.shape[i] == self.shape[new_axes[i]]."""
         new_axes = tuple(int(a) % builtins.max(self.ndim, 1) for a in new_axes)
         if sorted(new_axes) != list(range(self.ndim)):
             raise ValueError(f"permute: {new_axes} is not a permutation of the axes of shape {self._shape}")
-        return NDArray.make(
+        return NDArray._alias(
             tuple(self._shape[a] for a in new_axes),
             tuple(self._strides[a] for a in new_axes),
-            self.device,
+            self._device,
             self._handle,
             self._offset,
         )
@@ -278,7 +304,7 @@ class NDArray:
                 out_strides.append(0)
             else:
                 raise ValueError(f"broadcast_to: cannot broadcast shape {self._shape} to {new_shape}")
-        return NDArray.make(new_shape, tuple(out_strides), self.device, self._handle, self._offset)
+        return NDArray._alias(new_shape, tuple(out_strides), self._device, self._handle, self._offset)
 
     def flip(self, axes=None):
         """A view with the order of elements reversed along axes (negative strides, no copy)."""
@@ -288,7 +314,7 @@ class NDArray:
             if self._shape[ax] > 0:
                 offset += (self._shape[ax] - 1) * strides[ax]
             strides[ax] = -strides[ax]
-        return NDArray.make(self._shape, strides, self.device, self._handle, offset)
+        return NDArray._alias(self._shape, tuple(strides), self._device, self._handle, offset)
 
     def pad(self, axes):
         """A zero-padded copy: axes is ((lo, hi), ...) per dimension, like numpy.pad's pad_width."""
@@ -338,7 +364,7 @@ class NDArray:
             else:
                 raise IndexError(f"NDArray indices must be ints, slices, None or ..., got {type(i).__name__}")
             dim += 1
-        return NDArray.make(shape, strides, self.device, self._handle, offset)
+        return NDArray._alias(tuple(shape), tuple(strides), self._device, self._handle, offset)
 
     def __getitem__(self, idxs):
         return self._view(idxs)
@@ -368,22 +394,25 @@ class NDArray:
         return NDArray(np.asarray(other, dtype=np.float32), device=self.device)
 
     def _ewise_or_scalar(self, other, ewise, scalar):
-        out_shape = self._shape
+        dev = self._device
         if isinstance(other, numbers.Real):
-            a = self.compact()
-            out = NDArray.make(out_shape, device=self.device)
-            getattr(self.device, scalar)(a._handle, float(other), out._handle)
+            out = NDArray._new(self._shape, dev)
+            getattr(dev, scalar)(self.compact()._handle, float(other), out._handle)
             return out
-        other = self._coerce(other)
-        out_shape = broadcast_shapes(self._shape, other._shape)
-        a = self if self._shape == out_shape else self.broadcast_to(out_shape)
-        b = other if other._shape == out_shape else other.broadcast_to(out_shape)
-        out = NDArray.make(out_shape, device=self.device)
-        getattr(self.device, ewise)(a.compact()._handle, b.compact()._handle, out._handle)
+        if not isinstance(other, NDArray) or other._device is not dev:
+            other = self._coerce(other)
+        if other._shape == self._shape:
+            a, b, out_shape = self, other, self._shape
+        else:
+            out_shape = broadcast_shapes(self._shape, other._shape)
+            a = self if self._shape == out_shape else self.broadcast_to(out_shape)
+            b = other if other._shape == out_shape else other.broadcast_to(out_shape)
+        out = NDArray._new(out_shape, dev)
+        getattr(dev, ewise)(a.compact()._handle, b.compact()._handle, out._handle)
         return out
 
     def _unary(self, kernel):
-        out = NDArray.make(self._shape, device=self.device)
+        out = NDArray._new(self._shape, self._device)
         getattr(self.device, kernel)(self.compact()._handle, out._handle)
         return out
 
@@ -488,12 +517,12 @@ class NDArray:
         if b.ndim == 2 and a.shape[:-2] == batch:
             # (..., m, n) @ (n, p): fold the batch into the rows, one GEMM.
             a2 = a.compact()
-            out = NDArray.make(batch + (m, p), device=dev)
+            out = NDArray._new(batch + (m, p), dev)
             dev.matmul(a2._handle, b.compact()._handle, out._handle, nb * m, n, p)
             return out
         a_b = a.broadcast_to(batch + (m, n)).compact()
         b_b = b.broadcast_to(batch + (n, p)).compact()
-        out = NDArray.make(batch + (m, p), device=dev)
+        out = NDArray._new(batch + (m, p), dev)
         if nb == 1:
             dev.matmul(a_b._handle, b_b._handle, out._handle, m, n, p)
         else:
@@ -513,10 +542,10 @@ class NDArray:
         if reduce_size == 0:
             if kernel == "max":
                 raise ValueError(f"max: zero-size reduction over axes {axes} of shape {self._shape}")
-            out = NDArray.make(out_shape, device=dev)
+            out = NDArray._new(out_shape, dev)
             out.fill(0.0)
             return out
-        out = NDArray.make(out_shape, device=dev)
+        out = NDArray._new(out_shape, dev)
         if out.size == 0:
             return out
         contiguous_block = axes == tuple(range(axes[0], axes[-1] + 1)) if axes else True

@@ -97,6 +97,8 @@ cdef enum:
     COPY_TILE = 32
     # Below this many multiply-adds the packing costs more than it saves.
     GEMM_SMALL = 4096
+    # Most floats of B packed at once (256 MB).
+    GEMM_PACK_MAX = 1 << 26
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
 cdef int _gemm_index = nk_gemm_best()
@@ -659,20 +661,32 @@ cdef void _gemm_small(const float *A, const float *B, float *C, Py_ssize_t m, Py
                 C[i * p + j] += av * B[k * p + j]
 
 
+cdef inline void _gemm_rows(const nk_gemm_kernel *kern, const float *A, float *C, float *Ap, const float *Bp,
+                            Py_ssize_t i0, Py_ssize_t mcur, Py_ssize_t n, Py_ssize_t p, Py_ssize_t kc,
+                            Py_ssize_t nc, Py_ssize_t jc, Py_ssize_t ncur) noexcept nogil:
+    """Rows i0..i0+mcur of C[:, jc:jc+ncur] (+)= A @ B, one KC slice at a time, from the packed B."""
+    cdef Py_ssize_t pc = 0, kcur
+    while pc < n:
+        kcur = kc if kc < n - pc else n - pc
+        nk_pack_a(A + i0 * n + pc, n, mcur, kcur, kern.mr, Ap)
+        kern.macro(mcur, ncur, kcur, Ap, Bp + pc * nc, C + i0 * p + jc, p, pc > 0)
+        pc += kc
+
+
 cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
                int nt) noexcept nogil:
     """C (m, p) = A (m, n) @ B (n, p), row-major; returns -1 when out of memory.
 
-    Goto/BLIS blocking: for each NC-wide column block of B and KC-deep slice
-    of the shared dimension, the threads pack that slice of B together, then
-    each packs its own MC-row blocks of A and runs the micro-kernel over them.
+    Goto/BLIS blocking: the threads pack a column block of B together (all
+    its KC-deep slices, as NR-column panels), then each takes MC-row blocks,
+    packs each KC slice of its rows of A into MR-row panels and runs the
+    micro-kernel over them.
     """
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
     cdef int MR = kern.mr, NR = kern.nr
-    cdef Py_ssize_t kc, nc, mc, nb, npan, jc, pc, ncur, kcur, jp, ib, i0, mcur
+    cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
     cdef float *Bp
     cdef float *Ap_all
-    cdef float *Ap
     if m == 0 or p == 0:
         return 0
     if n == 0:
@@ -682,9 +696,16 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
         _gemm_small(A, B, C, m, n, p)
         return 0
     kc = kern.kc if kern.kc < n else n
+    # B is packed a whole column chunk at a time (all of it, unless that
+    # would take more than GEMM_PACK_MAX floats), so the threads meet only
+    # once per chunk, after packing: a barrier per KC slice would cost a
+    # scheduler time slice each whenever another process holds a core.
     nc = (p + NR - 1) // NR * NR
-    if nc > kern.nc:
-        nc = kern.nc
+    if n * nc > GEMM_PACK_MAX:
+        nc = GEMM_PACK_MAX // n // NR * NR
+        if nc < NR:
+            nc = NR
+    nslices = (n + kc - 1) // kc
     # Row blocks: at most kern.mc rows each, and a multiple of nt of them so
     # every thread gets the same share.
     nb = (m + kern.mc - 1) // kern.mc
@@ -694,54 +715,38 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
     nb = (m + mc - 1) // mc
     if nb < nt:
         nt = <int>nb
-    Bp = <float *>nk_aligned_alloc(kc * nc * sizeof(float))
+    Bp = <float *>nk_aligned_alloc(n * nc * sizeof(float))
     Ap_all = <float *>nk_aligned_alloc(nt * mc * kc * sizeof(float))
     if Bp == NULL or Ap_all == NULL:
         free(Bp)
         free(Ap_all)
         return -1
-    if nt == 1:
-        nk_note_thread(0)
-        jc = 0
-        while jc < p:
-            ncur = nc if nc < p - jc else p - jc
-            pc = 0
-            while pc < n:
-                kcur = kc if kc < n - pc else n - pc
-                nk_pack_b(B + pc * p + jc, p, kcur, 0, ncur, NR, Bp)
-                for ib in range(nb):
-                    i0 = ib * mc
-                    mcur = mc if mc < m - i0 else m - i0
-                    nk_pack_a(A + i0 * n + pc, n, mcur, kcur, MR, Ap_all)
-                    kern.macro(mcur, ncur, kcur, Ap_all, Bp, C + i0 * p + jc, p, pc > 0)
-                pc += kc
-            jc += nc
-    else:
-        with parallel(num_threads=nt):
-            # Every thread walks the same (jc, pc) loops; the two prange loops
-            # inside share out the packing of B and the row blocks, and their
-            # implicit barriers keep the threads in step.
-            jc = 0
-            while jc < p:
-                ncur = nc if nc < p - jc else p - jc
-                npan = (ncur + NR - 1) // NR
-                pc = 0
-                while pc < n:
-                    kcur = kc if kc < n - pc else n - pc
-                    for jp in prange(npan, schedule="static"):
-                        nk_note_thread(threadid())
-                        nk_pack_b(B + pc * p + jc, p, kcur, jp * NR,
-                                  (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, NR, Bp)
-                    # dynamic: on a busy machine a thread that got its core
-                    # back late takes fewer row blocks instead of stalling all
-                    for ib in prange(nb, schedule="dynamic"):
-                        Ap = Ap_all + threadid() * mc * kc
-                        i0 = ib * mc
-                        mcur = mc if mc < m - i0 else m - i0
-                        nk_pack_a(A + i0 * n + pc, n, mcur, kcur, MR, Ap)
-                        kern.macro(mcur, ncur, kcur, Ap, Bp, C + i0 * p + jc, p, pc > 0)
-                    pc = pc + kc
-                jc = jc + nc
+    jc = 0
+    while jc < p:
+        ncur = nc if nc < p - jc else p - jc
+        npan = (ncur + NR - 1) // NR
+        # Slice pc (rows pc..pc+kc of B) lands at Bp + pc * nc, as NR-column panels.
+        if nt == 1:
+            nk_note_thread(0)
+            for it in range(nslices):
+                pc = it * kc
+                nk_pack_b(B + pc * p + jc, p, kc if kc < n - pc else n - pc, 0, ncur, NR, Bp + pc * nc)
+            for ib in range(nb):
+                _gemm_rows(kern, A, C, Ap_all, Bp, ib * mc, mc if mc < m - ib * mc else m - ib * mc,
+                           n, p, kc, nc, jc, ncur)
+        else:
+            with parallel(num_threads=nt):
+                for it in prange(nslices * npan, schedule="static"):
+                    nk_note_thread(threadid())
+                    pc = (it // npan) * kc
+                    jp = it % npan
+                    nk_pack_b(B + pc * p + jc, p, kc if kc < n - pc else n - pc, jp * NR,
+                              (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, NR, Bp + pc * nc)
+                # dynamic: a thread that gets its core back late takes fewer row blocks
+                for ib in prange(nb, schedule="dynamic"):
+                    _gemm_rows(kern, A, C, Ap_all + threadid() * mc * kc, Bp, ib * mc,
+                               mc if mc < m - ib * mc else m - ib * mc, n, p, kc, nc, jc, ncur)
+        jc += nc
     free(Bp)
     free(Ap_all)
     return 0

@@ -218,11 +218,20 @@ def download(name, root=None, *, progress=True, opener=None, keep_archive=False)
         if not keep_archive:
             archive.unlink()
         return [folder]
-    return [fetch_resource(r, root, progress=progress, opener=opener) for r in RESOURCES[name]]
+    fetched, errors = [], []
+    for res in RESOURCES[name]:  # try every file, then report all failures together
+        try:
+            fetched.append(fetch_resource(res, root, progress=progress, opener=opener))
+        except RuntimeError as e:
+            errors.append(str(e))
+    if errors:
+        raise RuntimeError("\n".join(errors))
+    return fetched
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m needle_kernels.data.download",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("datasets", nargs="+", choices=sorted(RESOURCES))
     parser.add_argument("--dir", default=None, help=f"data directory (default ${paths.ENV_VAR} or {paths.DEFAULT_DIR})")
     parser.add_argument("--no-progress", action="store_true")

@@ -54,6 +54,7 @@ def _require(path, dataset):
 
 
 def mnist_dir(root=None):
+    """The ``mnist`` folder of the data directory."""
     return data_dir(root) / "mnist"
 
 

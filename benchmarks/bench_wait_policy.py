@@ -1,0 +1,68 @@
+"""Why needle_kernels sleeps its OpenMP threads at once (OMP_WAIT_POLICY=PASSIVE).
+
+Runs the same three loops in a fresh process per OpenMP wait policy and
+prints their times: many mid-sized element-wise kernels back to back, numpy
+matmuls (OpenBLAS threads) alternating with needle_kernels kernels as a
+notebook does, and needle_kernels matmuls.
+
+    python benchmarks/bench_wait_policy.py
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import needle_kernels.backend_ndarray as nd
+dev = nd.cpu()
+a = nd.array(np.random.rand(256 * 1024).astype(np.float32), device=dev)
+b = a + 1
+x = np.random.rand(512, 512).astype(np.float32)
+A = nd.array(x, device=dev)
+
+def best(f, repeats=5):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter(); f(); times.append(time.perf_counter() - start)
+    return min(times) * 1e3
+
+def adds():
+    for _ in range(200):
+        a + b
+
+def mixed():
+    for _ in range(50):
+        x @ x
+        a + b
+
+def matmuls():
+    for _ in range(20):
+        A @ A
+
+print(f"{best(adds):9.1f} {best(mixed):9.1f} {best(matmuls):9.1f}")
+"""
+
+POLICIES = [
+    ("PASSIVE (default here)", {"OMP_WAIT_POLICY": "PASSIVE"}),
+    ("GOMP_SPINCOUNT=10000", {"GOMP_SPINCOUNT": "10000"}),
+    ("ACTIVE (libgomp default)", {"OMP_WAIT_POLICY": "ACTIVE"}),
+]
+
+
+def main():
+    print(f"{'policy':26s} {'200 adds':>9s} {'np+nk x50':>9s} {'20 mm512':>9s}   (ms, best of 5)")
+    # each child prints three right-aligned 9-wide columns
+    for name, extra in POLICIES:
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        env.update(extra)
+        out = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], env=env, capture_output=True, text=True, check=True)
+        print(f"{name:26s}{out.stdout.rstrip()}")
+
+
+if __name__ == "__main__":
+    main()
