@@ -14,6 +14,7 @@ Executions are keyed by content, so the results do not depend on N, a re-run onl
 regrades, and a run killed at any point resumes where it stopped.
 """
 
+import fcntl
 import logging
 import shutil
 import time
@@ -108,7 +109,28 @@ def _zero_unreadable(course, assignment, student, log):
     shutil.rmtree(course.path("autograded", student, assignment), ignore_errors=True)
 
 
+def _single_run(course):
+    """An exclusive lock on the course's autograde (the gradebook has one writer).
+
+    flock is released when the process dies, so a killed run never blocks the next.
+    """
+    path = course.path(STATE_DIR, "autograde.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise GraderError("another `grader autograde` is running on this course; wait for it") from None
+    return handle
+
+
 def autograde(course, assignment, jobs=1, log=None) -> AutogradeReport:
+    with _single_run(course):
+        return _autograde(course, assignment, jobs, log or logging.getLogger("grader"))
+
+
+def _autograde(course, assignment, jobs, log) -> AutogradeReport:
     start = time.monotonic()
     report = AutogradeReport(assignment=assignment)
     with course.gradebook() as gb:

@@ -10,14 +10,16 @@ import html
 import shutil
 from dataclasses import dataclass, field
 
-from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests
+
+from grader.nbgrader_fixes import GraderPreprocessor
 
 from grader import GraderError, notes
 
 PLACEHOLDER = "# [hidden tests: their source is not shown; their result is below]"
 
 
-class HideHiddenTests(NbGraderPreprocessor):
+class HideHiddenTests(GraderPreprocessor):
     """Withhold hidden-test source from feedback, keep their outcome."""
 
     def preprocess(self, nb, resources):

@@ -7,9 +7,22 @@ empty dict makes the duplicate an ordinary cell, which is what was meant.
 """
 
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import List
 
 
-class DropEmptyNbgraderMetadata(NbGraderPreprocessor):
+class GraderPreprocessor(NbGraderPreprocessor):
+    """Base of this package's preprocessors.
+
+    It accepts `display_data_priority` from the config, as nbgrader's GetGrades does:
+    nbconvert's HTML exporter sets it for every preprocessor, and NbGraderPreprocessor
+    would report it as an unknown option.
+    """
+
+    display_data_priority = List(["text/html", "application/pdf", "text/latex", "image/svg+xml",
+                                  "image/png", "image/jpeg", "text/plain"]).tag(config=True)
+
+
+class DropEmptyNbgraderMetadata(GraderPreprocessor):
     def preprocess(self, nb, resources):
         for cell in nb.cells:
             if "nbgrader" in cell.metadata and not cell.metadata["nbgrader"]:

@@ -7,6 +7,7 @@ gradient of each op is written with ops too, so gradients are Tensors with a
 graph of their own and can be differentiated again.
 """
 from functools import reduce
+import math
 import operator
 
 import numpy
@@ -83,8 +84,9 @@ class Value:
 
     def realize_cached_data(self):
         """Compute (once) and return this node's array."""
-        if self.cached_data is not None:
-            return self.cached_data
+        data = self.cached_data
+        if data is not None:
+            return data
         self.cached_data = self.op.compute(*[x.realize_cached_data() for x in self.inputs])
         return self.cached_data
 
@@ -98,8 +100,12 @@ class Value:
     def _init(self, op, inputs, *, num_outputs=1, cached_data=None, requires_grad=None):
         global TENSOR_COUNTER
         TENSOR_COUNTER += 1
-        if requires_grad is None:
-            requires_grad = any(x.requires_grad for x in inputs)
+        if requires_grad is None:  # any(...), without a generator: this runs for every node
+            requires_grad = False
+            for x in inputs:
+                if x.requires_grad:
+                    requires_grad = True
+                    break
         self.op = op
         self.inputs = list(inputs)
         self.num_outputs = num_outputs
@@ -118,7 +124,7 @@ class Value:
         value = cls.__new__(cls)
         value._init(op, inputs)
         if not LAZY_MODE:
-            value.realize_cached_data()
+            value.cached_data = op.compute(*[x.realize_cached_data() for x in value.inputs])
             if not value.requires_grad:
                 # Nothing will differentiate through it: forget the inputs so the
                 # graph above it can be freed (this is what detach() would do,
@@ -251,7 +257,7 @@ class Tensor(Value):
 
     @property
     def size(self):
-        return int(numpy.prod(self.shape))
+        return math.prod(self.shape)
 
     def numpy(self):
         data = self.realize_cached_data()

@@ -3,6 +3,15 @@ built and no Tensor outlives a step (``autograd.TENSOR_COUNTER`` stays flat)."""
 import math
 
 from .autograd import Tensor
+from .backend_selection import BACKEND
+
+# NDArray backends have one fused kernel per update rule: a step is one pass
+# over each parameter instead of a dozen element-wise kernels and temporaries.
+# numpy mode keeps the plain formulas below.
+if BACKEND == "nd":
+    from .backend_ndarray import ndarray as _fused
+else:
+    _fused = None
 
 
 class Optimizer:
@@ -51,6 +60,8 @@ class SGD(Optimizer):
         self.u = {}
 
     def step(self):
+        if _fused is not None:
+            return self._fused_step()
         for p in self.params:
             if p.grad is None:
                 continue
@@ -60,6 +71,19 @@ class SGD(Optimizer):
                 grad = grad * (1 - self.momentum) if prev is None else prev * self.momentum + grad * (1 - self.momentum)
                 self.u[p] = grad
             _assign(p, p.realize_cached_data() - grad * self.lr)
+
+    def _fused_step(self):
+        for p in self.params:
+            if p.grad is None:
+                continue
+            param = p.realize_cached_data()
+            u = None
+            if self.momentum:
+                u = self.u.get(p)
+                if u is None:  # zeros: the first step then gives (1 - momentum) * grad exactly
+                    u = self.u[p] = _fused.zeros(param.shape, device=param.device)
+            _assign(p, _fused.sgd_update(
+                param, p.grad.realize_cached_data(), u, self.lr, self.momentum, self.weight_decay))
 
 
 class Adam(Optimizer):
@@ -84,6 +108,8 @@ class Adam(Optimizer):
         self.t += 1
         b1, b2 = self.beta1, self.beta2
         c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        if _fused is not None:
+            return self._fused_step(c1, c2)
         for p in self.params:
             if p.grad is None:
                 continue
@@ -94,6 +120,19 @@ class Adam(Optimizer):
             self.m[p], self.v[p] = m, v
             step = (m * (self.lr / c1)) / ((v * (1.0 / c2)) ** 0.5 + self.eps)
             _assign(p, p.realize_cached_data() - step)
+
+    def _fused_step(self, c1, c2):
+        for p in self.params:
+            if p.grad is None:
+                continue
+            param = p.realize_cached_data()
+            m = self.m.get(p)
+            if m is None:  # zeros: the first step then gives the unfused formula's values exactly
+                m = self.m[p] = _fused.zeros(param.shape, device=param.device)
+                self.v[p] = _fused.zeros(param.shape, device=param.device)
+            _assign(p, _fused.adam_update(
+                param, p.grad.realize_cached_data(), m, self.v[p],
+                self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, c1, c2))
 
 
 def clip_grad_norm(params, max_norm):

@@ -24,6 +24,7 @@ TABLE = [
     "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
+    "adam_update", "sgd_update", "col2im",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
 SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq", "scalar_ge"]
@@ -340,3 +341,111 @@ def test_reductions_propagate_nan(backend, ref):
         size = 64 // args[0] if len(args) == 1 else args[0] * args[2]
         got, want = both(backend, ref, fn, [a], size, *args)
         close(got, want)
+
+
+# ---------------------------------------------------------------- optimizer steps
+
+ADAM = dict(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8)
+
+
+def _adam(module, p, g, m, v, weight_decay, t, out_is_param=False):
+    """Run adam_update on module; returns (out, m, v) as numpy arrays."""
+    arrs = [put(module, x) for x in (p, g, m, v)]
+    out = arrs[0] if out_is_param else module.Array(p.size)
+    c1, c2 = 1 - ADAM["beta1"] ** t, 1 - ADAM["beta2"] ** t
+    module.adam_update(*arrs, out, ADAM["lr"], ADAM["beta1"], ADAM["beta2"], ADAM["eps"], weight_decay, c1, c2)
+    return get(module, out), get(module, arrs[2]), get(module, arrs[3])
+
+
+def _adam_formula(p, g, m, v, weight_decay, t):
+    p, g, m, v = (x.astype(np.float64) for x in (p, g, m, v))
+    g = g + weight_decay * p
+    m = ADAM["beta1"] * m + (1 - ADAM["beta1"]) * g
+    v = ADAM["beta2"] * v + (1 - ADAM["beta2"]) * g * g
+    c1, c2 = 1 - ADAM["beta1"] ** t, 1 - ADAM["beta2"] ** t
+    return p - ADAM["lr"] * (m / c1) / (np.sqrt(v / c2) + ADAM["eps"]), m, v
+
+
+def _optim_inputs(seed, size, zero_state):
+    rng = np.random.default_rng(seed)
+    p, g = (rng.standard_normal(size).astype(np.float32) for _ in range(2))
+    m = np.zeros(size, np.float32) if zero_state else (rng.standard_normal(size) * 0.1).astype(np.float32)
+    v = np.zeros(size, np.float32) if zero_state else (rng.random(size) * 0.1).astype(np.float32)
+    return p, g, m, v
+
+
+@given_settings
+@given(st.integers(0, 300), st.sampled_from([0.0, 0.01]), st.integers(1, 50), st.booleans(), st.booleans(),
+       st.integers(0, 2**32 - 1))
+def test_adam_update(backend, ref, size, weight_decay, t, zero_state, in_place, seed):
+    p, g, m, v = _optim_inputs(seed, size, zero_state)
+    got = _adam(backend, p, g, m, v, weight_decay, t, out_is_param=in_place)
+    want = _adam(ref, p, g, m, v, weight_decay, t)
+    exact = _adam_formula(p, g, m, v, weight_decay, t)
+    for x, y, z in zip(got, want, exact):
+        close(x, y, rtol=1e-5, atol=1e-7)
+        close(y, z, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("size", [100003, 1 << 20])
+def test_adam_update_large(backend, ref, size):
+    p, g, m, v = _optim_inputs(size, size, False)
+    for x, y in zip(_adam(backend, p, g, m, v, 0.001, 3), _adam(ref, p, g, m, v, 0.001, 3)):
+        close(x, y, rtol=1e-5, atol=1e-7)
+
+
+def _sgd(module, p, g, u, lr, momentum, weight_decay, out_is_param=False):
+    arrs = [put(module, p), put(module, g), None if u is None else put(module, u)]
+    out = arrs[0] if out_is_param else module.Array(p.size)
+    module.sgd_update(*arrs, out, lr, momentum, weight_decay)
+    return get(module, out), (None if u is None else get(module, arrs[2]))
+
+
+@given_settings
+@given(st.sampled_from([0, 1, 17, 300, 100003]), st.sampled_from([0.0, 0.9]), st.sampled_from([0.0, 0.01]),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_sgd_update(backend, ref, size, momentum, weight_decay, in_place, seed):
+    p, g, u, _ = _optim_inputs(seed, size, False)
+    u = u if momentum else None
+    got = _sgd(backend, p, g, u, 0.1, momentum, weight_decay, out_is_param=in_place)
+    want = _sgd(ref, p, g, u, 0.1, momentum, weight_decay)
+    g64 = g.astype(np.float64) + weight_decay * p
+    step = g64 if u is None else momentum * u + (1 - momentum) * g64
+    close(got[0], want[0], rtol=1e-6, atol=1e-7)
+    close(want[0], p - 0.1 * step, rtol=1e-5, atol=1e-6)
+    if u is not None:
+        close(got[1], want[1], rtol=1e-6, atol=1e-7)
+        close(want[1], step, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- col2im
+
+def _col2im_loops(cols, n, h, w, c, k, s):
+    """col2im written as the definition: every window entry added to the pixel it read."""
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    cols = cols.reshape(n, ho, wo, k, k, c).astype(np.float64)
+    out = np.zeros((n, h, w, c))
+    for i in range(ho):
+        for j in range(wo):
+            out[:, i * s:i * s + k, j * s:j * s + k, :] += cols[:, i, j]
+    return out.ravel()
+
+
+@given_settings
+@given(st.integers(0, 3), st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.integers(0, 4),
+       st.integers(0, 4), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_col2im(backend, ref, n, k, s, c, extra_h, extra_w, wide, seed):
+    h, w = k + extra_h, k + extra_w + wide
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    cols = np.random.default_rng(seed).standard_normal(n * ho * wo * k * k * c).astype(np.float32)
+    got, want = both(backend, ref, "col2im", [cols], n * h * w * c, n, h, w, c, k, s)
+    np.testing.assert_array_equal(got, want)  # the same additions in the same order
+    close(want, _col2im_loops(cols, n, h, w, c, k, s), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n, h, w, c, k, s", [(128, 16, 16, 32, 3, 1), (128, 38, 38, 3, 7, 4), (16, 9, 9, 64, 3, 2)])
+def test_col2im_large(backend, ref, n, h, w, c, k, s):
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    cols = np.random.default_rng(h).standard_normal(n * ho * wo * k * k * c).astype(np.float32)
+    got, want = both(backend, ref, "col2im", [cols], n * h * w * c, n, h, w, c, k, s)
+    np.testing.assert_array_equal(got, want)

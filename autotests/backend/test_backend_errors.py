@@ -177,3 +177,37 @@ def test_wrong_array_type(cpu, bad):
                  lambda: cpu.reduce_sum(bad, a, 1), lambda: cpu.to_numpy(bad, (4,), (1,), 0)):
         with pytest.raises(ValueError, match="Array"):
             call()
+
+
+# ---------------------------------------------------------------- fused extensions
+
+@pytest.mark.parametrize("bad", range(5))
+def test_adam_update_size_mismatch(backend, ref, bad):
+    sizes = [6] * 5
+    sizes[bad] = 5
+    msg = raises_like_reference(
+        backend, ref, "adam_update", lambda m: arrays(m, *sizes) + [0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001])
+    assert "sizes differ" in msg
+
+
+def test_adam_update_bad_scalar(backend, ref):
+    raises_like_reference(backend, ref, "adam_update",
+                          lambda m: arrays(m, 4, 4, 4, 4, 4) + ["fast", 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001])
+
+
+@pytest.mark.parametrize("with_u", [False, True])
+def test_sgd_update_size_mismatch(backend, ref, with_u):
+    msg = raises_like_reference(
+        backend, ref, "sgd_update",
+        lambda m: [m.Array(4), m.Array(4), m.Array(3) if with_u else None, m.Array(4 if with_u else 5), 0.1, 0.5, 0.0])
+    assert "sizes differ" in msg
+
+
+@pytest.mark.parametrize("cols, out, dims", [
+    (2 * 2 * 2 * 9, 16, (1, 4, 4, 1, 3, 1)),    # cols of a stride-1 3x3 on 4x4 has 36 elements
+    (36, 15, (1, 4, 4, 1, 3, 1)),               # out too small
+    (36, 16, (1, 2, 4, 1, 3, 1)),               # window taller than the image
+    (36, 16, (1, 4, 4, 1, 3, 0)),               # stride 0
+])
+def test_col2im_bad_sizes(backend, ref, cols, out, dims):
+    raises_like_reference(backend, ref, "col2im", lambda m: arrays(m, cols, out) + list(dims))

@@ -436,3 +436,50 @@ def test_reduce_max_nan_and_infinity(be):
     np.testing.assert_array_equal(_get(be, out), [-np.inf, np.nan, 3.0])
     with pytest.raises(ValueError, match="reduce_size must be >= 1"):
         be.reduce_sum(_put(be, x), out, 0)
+
+
+# ---------------------------------------------------------------- fused extensions
+
+@pytest.mark.parametrize("size", [1, 255, 1000])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_adam_update_matches_reference(be, size, weight_decay):
+    p, g, m = (rng.standard_normal(size).astype(np.float32) for _ in range(3))
+    v = rng.random(size).astype(np.float32)
+    args = (0.01, 0.9, 0.999, 1e-8, weight_decay, 1 - 0.9 ** 3, 1 - 0.999 ** 3)
+    bm, bv, out = _put(be, m), _put(be, v), be.Array(size)
+    be.adam_update(_put(be, p), _put(be, g), bm, bv, out, *args)
+    rm, rv, rout = _ref(m), _ref(v), ref.Array(size)
+    ref.adam_update(_ref(p), _ref(g), rm, rv, rout, *args)
+    for got, want in [(out, rout), (bm, rm), (bv, rv)]:
+        np.testing.assert_allclose(_get(be, got), want.array, rtol=1e-5, atol=1e-7)
+    bp = _put(be, p)  # out aliasing param
+    be.adam_update(bp, _put(be, g), _put(be, m), _put(be, v), bp, *args)
+    np.testing.assert_allclose(_get(be, bp), rout.array, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_update_matches_reference(be, momentum):
+    size = 777
+    p, g, u = (rng.standard_normal(size).astype(np.float32) for _ in range(3))
+    bu, ru = (_put(be, u), _ref(u)) if momentum else (None, None)
+    out, rout = be.Array(size), ref.Array(size)
+    be.sgd_update(_put(be, p), _put(be, g), bu, out, 0.1, momentum, 0.01)
+    ref.sgd_update(_ref(p), _ref(g), ru, rout, 0.1, momentum, 0.01)
+    np.testing.assert_allclose(_get(be, out), rout.array, rtol=1e-6, atol=1e-7)
+    if momentum:
+        np.testing.assert_allclose(_get(be, bu), ru.array, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="sizes differ"):
+        be.sgd_update(_put(be, p), _put(be, g[:-1]), bu, out, 0.1, momentum, 0.0)
+
+
+@pytest.mark.parametrize("n,h,w,c,k,s", [(1, 3, 3, 1, 3, 1), (2, 7, 6, 3, 3, 2), (2, 9, 9, 2, 7, 4), (1, 5, 8, 33, 2, 3)])
+def test_col2im_matches_reference(be, n, h, w, c, k, s):
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    cols = rng.standard_normal(n * ho * wo * k * k * c).astype(np.float32)
+    out, expect = be.Array(n * h * w * c), ref.Array(n * h * w * c)
+    be.fill(out, np.nan)  # every element must be written, covered or not
+    be.col2im(_put(be, cols), out, n, h, w, c, k, s)
+    ref.col2im(_ref(cols), expect, n, h, w, c, k, s)
+    np.testing.assert_array_equal(_get(be, out), expect.array)
+    with pytest.raises(ValueError, match="cols"):
+        be.col2im(_put(be, cols[:-1]), out, n, h, w, c, k, s)

@@ -13,6 +13,29 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def run_once(tmp_path_factory, name, build):
+    """`build()` once per test session, its result shared by every pytest-xdist worker.
+
+    The slow end-to-end flows would otherwise run once in each worker that receives
+    one of their tests. The first worker to take the lock builds; the others wait for
+    the pickled result (which refers to that worker's temporary folders).
+    """
+    import fcntl
+    import pickle
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of this session
+    result_file = root / f"{name}.pickle"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if result_file.exists():
+            return pickle.loads(result_file.read_bytes())
+        result = build()
+        result_file.write_bytes(pickle.dumps(result))
+        return result
+
+
 def bwrap_reason():
     """None when bubblewrap can sandbox here, else why not (tests needing it skip with it)."""
     sys.path.insert(0, str(REPO))

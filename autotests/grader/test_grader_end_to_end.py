@@ -3,20 +3,18 @@ class of correct, partial, hostile and broken submissions, graded in bubblewrap.
 
 import csv
 import datetime
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
 
 from grader_testkit import (FIXTURES, REPO, environment, gradebook_scores, grader, grader_inprocess,
-                            require_bwrap, tree_hashes)
+                            require_bwrap, run_once, tree_hashes)
 from simulated_class import LATE, ON_TIME, write_submission
 
 pytestmark = pytest.mark.slow
@@ -63,6 +61,10 @@ def _configure(klass):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     require_bwrap()
+    return run_once(tmp_path_factory, "grader-end-to-end", lambda: simulate_class(tmp_path_factory))
+
+
+def simulate_class(tmp_path_factory):
     klass = Class(tmp_path_factory.mktemp("class"))
     klass.home.mkdir()
     out = klass.out

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader_testkit import FIXTURES, environment, grader, require_bwrap
+from grader_testkit import FIXTURES, environment, grader, require_bwrap, run_once
 from simulated_class import correct, memory_hog, write_submission
 
 pytestmark = pytest.mark.slow
@@ -75,6 +75,10 @@ class Lab:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     require_bwrap()
+    return run_once(tmp_path_factory, "grader-served", lambda: serve_class(tmp_path_factory))
+
+
+def serve_class(tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
     home, exchange, course = root / "home", root / "exchange", root / "course"
     home.mkdir()

@@ -16,9 +16,10 @@ import shutil
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import Execute
 
 from grader import notes
+from grader.nbgrader_fixes import GraderPreprocessor
 from grader.sandbox.run import RunSettings, execution_key, run_notebook
 
 STATE_DIR = ".grader"
@@ -103,7 +104,7 @@ class SandboxedExecute(Execute):
         return executed, resources
 
 
-class StageForSandbox(NbGraderPreprocessor):
+class StageForSandbox(GraderPreprocessor):
     """Record the sanitised notebook and its files as a pending execution (no execution here)."""
 
     def preprocess(self, nb, resources):

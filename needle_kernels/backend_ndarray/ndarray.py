@@ -45,6 +45,9 @@ def broadcast_shapes(*shapes):
     return tuple(out)
 
 
+_PLAIN_SCALARS = (float, int)
+
+
 def _kernel_view(shape, strides):
     """Kernels index with at least one dimension: a 0-d array is one element."""
     return (shape, strides) if shape else ((1,), (0,))
@@ -237,6 +240,9 @@ class NDArray:
 
     def compact(self):
         """self when already compact, else a row-major copy."""
+        # the arrays operations create are compact with exactly these strides: test that first, cheaply
+        if self._offset == 0 and self._strides == compact_strides(self._shape) and self._handle.size == math.prod(self._shape):
+            return self
         if self.is_compact():
             return self
         return self.copy()
@@ -395,11 +401,12 @@ class NDArray:
 
     def _ewise_or_scalar(self, other, ewise, scalar):
         dev = self._device
-        if isinstance(other, numbers.Real):
+        # exact float/int first: the numbers.Real ABC check costs more than many kernels
+        if type(other) in _PLAIN_SCALARS or (type(other) is not NDArray and isinstance(other, numbers.Real)):
             out = NDArray._new(self._shape, dev)
             getattr(dev, scalar)(self.compact()._handle, float(other), out._handle)
             return out
-        if not isinstance(other, NDArray) or other._device is not dev:
+        if type(other) is not NDArray or other._device is not dev:
             other = self._coerce(other)
         if other._shape == self._shape:
             a, b, out_shape = self, other, self._shape
@@ -561,9 +568,19 @@ class NDArray:
             else:
                 getattr(dev, f"reduce_{kernel}_axis")(src._handle, out._handle, outer, reduce_size, inner)
         else:
-            keep = [i for i in range(self.ndim) if i not in axes]
-            src = self.permute(keep + list(axes)).compact()
-            getattr(dev, f"reduce_{kernel}")(src._handle, out._handle, reduce_size)
+            # Several separate blocks of axes (e.g. N, H, W of NCHW): reduce one block at a
+            # time, the last first, each in place; no transposed copy of the whole array.
+            runs = [[axes[0]]]
+            for ax in axes[1:]:
+                if ax == runs[-1][-1] + 1:
+                    runs[-1].append(ax)
+                else:
+                    runs.append([ax])
+            part = self
+            for run in reversed(runs):
+                part = part._reduce(tuple(run), True, kernel)
+            # part is compact with out's elements in out's order: a view of it is the result
+            return NDArray._alias(out_shape, compact_strides(out_shape), dev, part._handle, 0)
         return out
 
     def sum(self, axis=None, keepdims=False):
@@ -744,4 +761,63 @@ def concatenate(arrays, axis=0):
     for arr in arrays:
         out[(slice(None),) * axis + (slice(start, start + arr.shape[axis]),)] = arr
         start += arr.shape[axis]
+    return out
+
+
+# ---------------------------------------------------------------- fused kernels
+# Thin wrappers over backend extensions (see ndarray_backend_numpy for what each
+# computes): shapes and devices are checked here, sizes again by the backend.
+
+def _same_layout(name, ref, **arrays):
+    for what, arr in arrays.items():
+        if not isinstance(arr, NDArray) or arr._device != ref._device or arr._shape != ref._shape:
+            raise ValueError(
+                f"{name}: {what} must be an NDArray of shape {ref._shape} on {ref._device}, got "
+                f"{getattr(arr, 'shape', type(arr).__name__)} on {getattr(arr, 'device', None)}"
+            )
+
+
+def _state(name, what, arr):
+    # optimizer state is updated in place by the kernel, so it must be the whole, row-major buffer
+    if not arr.is_compact():
+        raise ValueError(f"{name}: {what} must be compact (it is updated in place)")
+    return arr._handle
+
+
+def adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """One Adam step: returns the new parameter (a new array); ``m`` and ``v`` are updated in place."""
+    _same_layout("adam_update", param, grad=grad, m=m, v=v)
+    out = NDArray._new(param._shape, param._device)
+    param._device.adam_update(
+        param.compact()._handle, grad.compact()._handle, _state("adam_update", "m", m),
+        _state("adam_update", "v", v), out._handle, lr, beta1, beta2, eps, weight_decay, c1, c2,
+    )
+    return out
+
+
+def sgd_update(param, grad, u, lr, momentum, weight_decay):
+    """One SGD step: returns the new parameter (a new array); the momentum buffer ``u`` (or None) is updated in place."""
+    if u is None:
+        _same_layout("sgd_update", param, grad=grad)
+    else:
+        _same_layout("sgd_update", param, grad=grad, u=u)
+    out = NDArray._new(param._shape, param._device)
+    param._device.sgd_update(
+        param.compact()._handle, grad.compact()._handle, None if u is None else _state("sgd_update", "u", u),
+        out._handle, lr, momentum, weight_decay,
+    )
+    return out
+
+
+def col2im(cols, image_shape, stride):
+    """The adjoint of the (N, Ho, Wo, K, K, C) window view of an NHWC image of ``image_shape``."""
+    n, h, w, c = (int(x) for x in image_shape)
+    if cols.ndim != 6 or cols.shape[3] != cols.shape[4]:
+        raise ValueError(f"col2im: cols must be (N, Ho, Wo, K, K, C), got shape {cols.shape}")
+    k, s = cols.shape[3], int(stride)
+    expect = (n, (h - k) // s + 1, (w - k) // s + 1, k, k, c) if s >= 1 and h >= k and w >= k else None
+    if cols.shape != expect:
+        raise ValueError(f"col2im: cols of shape {cols.shape} are not the {k}x{k} stride-{s} windows of {image_shape}")
+    out = NDArray._new((n, h, w, c), cols._device)
+    cols._device.col2im(cols.compact()._handle, out._handle, n, h, w, c, k, s)
     return out

@@ -34,6 +34,8 @@ from libc.string cimport memcpy, memset
 
 from .ndarray_backend_numpy import (
     _check_matmul,
+    _check_optim,
+    check_col2im,
     _check_reduce,
     _check_reduce_axis,
     check_same_size,
@@ -69,6 +71,12 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
     void nk_note_thread(int tid)
     void nk_reset_threads()
     int nk_threads_used()
+    void nk_adam(const float *p, const float *g, float *m, float *v, float *out, Py_ssize_t n, float b1, float omb1,
+                 float b2, float omb2, float wd, int has_wd, float step, float inv_c2, float eps)
+    void nk_sgd(const float *p, const float *g, float *u, float *out, Py_ssize_t n, float lr, float mom,
+                float ommom, float wd, int has_wd)
+    void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
+                       Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
 
 cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
@@ -206,12 +214,24 @@ cdef class Array:
 # ---------------------------------------------------------------- argument checks
 
 cdef Py_ssize_t _int(str name, str what, v) except? -1:
+    if type(v) is int:  # the common case, without a call to operator.index
+        try:
+            return <Py_ssize_t>v
+        except OverflowError:
+            raise ValueError(f"{name}: {what}={v} is out of range") from None
     try:
         return operator.index(v)
     except TypeError:
         raise ValueError(f"{name}: {what} must be an integer, got {type(v).__name__}") from None
     except OverflowError:
         raise ValueError(f"{name}: {what}={v} is out of range") from None
+
+
+cdef inline float _scalar_arg(str name, val) except? -1:
+    # a Python float is by far the common case; anything else goes through the reference's check
+    if type(val) is float:
+        return <float>(<double>val)
+    return check_scalar(name, val)
 
 
 cdef Array _arr(str name, str what, x):
@@ -232,6 +252,35 @@ cdef tuple _read_view(str name, shape, strides, offset):
     shape = tuple([_int(name, "shape", n) for n in shape])
     strides = tuple([_int(name, "strides", s) for s in strides])
     return shape, strides, _int(name, "offset", offset)
+
+
+cdef bint _view_fits(Py_ssize_t size, tuple shape, tuple strides, Py_ssize_t offset, Py_ssize_t *total) except -1:
+    """True when the view lies in a buffer of size, with *total = prod(shape): the reference's
+    check_view and prod, in C. False where they would raise, and (conservatively) for
+    dimensions or strides of 2**31 or more; callers then run the reference's checks."""
+    cdef Py_ssize_t nd = len(shape), k, n, st, lo = offset, hi = offset, t = 1
+    cdef Py_ssize_t big = <Py_ssize_t>1 << 31
+    cdef bint empty = False
+    if nd != len(strides) or offset < 0:
+        return False
+    for k in range(nd):
+        n = shape[k]
+        st = strides[k]
+        if n < 0 or n >= big or st >= big or st <= -big:
+            return False
+        t *= n
+        if t >= (<Py_ssize_t>1 << 60):
+            return False
+        if n == 0:
+            empty = True
+        elif st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+        if (lo < 0 or hi >= size) and not empty:
+            return False  # out of bounds, or empty after all: the reference decides
+    total[0] = t
+    return True
 
 
 cdef int _c_view(tuple shape, tuple strides, Py_ssize_t *cshape, Py_ssize_t *cstrides) except -1:
@@ -389,8 +438,10 @@ def to_numpy(a, shape, strides, offset):
     cdef Py_ssize_t cshape[MAX_NDIM]
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t dstrides[MAX_NDIM]
+    cdef Py_ssize_t n_view
     shape, strides, offset = _read_view("to_numpy", shape, strides, offset)
-    check_view(A.size, shape, strides, offset)
+    if not _view_fits(A.size, shape, strides, offset, &n_view):
+        check_view(A.size, shape, strides, offset)
     cdef int nd = _c_view(shape, strides, cshape, cstrides)
     cdef Py_ssize_t off = offset
     res = np.empty(shape, dtype=np.float32)
@@ -442,9 +493,11 @@ def compact(a, out, shape, strides, offset):
     cdef Py_ssize_t cshape[MAX_NDIM]
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t dstrides[MAX_NDIM]
+    cdef Py_ssize_t n_view
     shape, strides, offset = _read_view("compact", shape, strides, offset)
-    check_size("compact", O, prod(shape), "out")
-    check_view(A.size, shape, strides, offset)
+    if not _view_fits(A.size, shape, strides, offset, &n_view) or n_view != O.size:
+        check_size("compact", O, prod(shape), "out")
+        check_view(A.size, shape, strides, offset)
     cdef int nd = _c_view(shape, strides, cshape, cstrides)
     cdef Py_ssize_t off = offset
     _row_major(nd, cshape, dstrides)
@@ -459,9 +512,11 @@ def ewise_setitem(a, out, shape, strides, offset):
     cdef Py_ssize_t cshape[MAX_NDIM]
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t sstrides[MAX_NDIM]
+    cdef Py_ssize_t n_view
     shape, strides, offset = _read_view("ewise_setitem", shape, strides, offset)
-    check_size("ewise_setitem", A, prod(shape), "a")
-    check_view(O.size, shape, strides, offset, "out")
+    if not _view_fits(O.size, shape, strides, offset, &n_view) or n_view != A.size:
+        check_size("ewise_setitem", A, prod(shape), "a")
+        check_view(O.size, shape, strides, offset, "out")
     cdef int nd = _c_view(shape, strides, cshape, cstrides)
     cdef Py_ssize_t off = offset
     _row_major(nd, cshape, sstrides)
@@ -476,11 +531,14 @@ def scalar_setitem(size, val, out, shape, strides, offset):
     cdef Py_ssize_t cstrides[MAX_NDIM]
     cdef Py_ssize_t sstrides[MAX_NDIM]
     shape, strides, offset = _read_view("scalar_setitem", shape, strides, offset)
-    cdef Py_ssize_t total = _int("scalar_setitem", "size", size)
-    if total != prod(shape):
-        raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
-    cdef float v = check_scalar("scalar_setitem", val)
-    check_view(O.size, shape, strides, offset, "out")
+    cdef Py_ssize_t total = _int("scalar_setitem", "size", size), n_view
+    cdef bint fits = _view_fits(O.size, shape, strides, offset, &n_view)
+    if not fits or total != n_view:
+        if total != prod(shape):
+            raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
+    cdef float v = _scalar_arg("scalar_setitem", val)
+    if not fits:
+        check_view(O.size, shape, strides, offset, "out")
     cdef int nd = _c_view(shape, strides, cshape, cstrides)
     cdef Py_ssize_t off = offset
     memset(sstrides, 0, sizeof(sstrides))
@@ -539,11 +597,15 @@ cdef void _unary_kernel(int op, const float *a, float *out, Py_ssize_t n) noexce
             nk_unary(op, a + lo, out + lo, min(chunk, n - lo))
 
 
+# The reference's check_same_size builds dicts; compare sizes in C and call it
+# only to raise its message.
+
 cdef _ewise(str name, int op, a, b, out):
     cdef Array A = _arr(name, "a", a)
     cdef Array B = _arr(name, "b", b)
     cdef Array O = _arr(name, "out", out)
-    check_same_size(name, a=A, b=B, out=O)
+    if A.size != O.size or B.size != O.size:
+        check_same_size(name, a=A, b=B, out=O)
     with nogil:
         _binary_kernel(op, A.data, B.data, O.data, O.size)
 
@@ -551,8 +613,9 @@ cdef _ewise(str name, int op, a, b, out):
 cdef _scalar(str name, int op, a, val, out):
     cdef Array A = _arr(name, "a", a)
     cdef Array O = _arr(name, "out", out)
-    check_same_size(name, a=A, out=O)
-    cdef float v = check_scalar(name, val)
+    if A.size != O.size:
+        check_same_size(name, a=A, out=O)
+    cdef float v = _scalar_arg(name, val)
     with nogil:
         _scalar_kernel(op, A.data, v, O.data, O.size)
 
@@ -560,7 +623,8 @@ cdef _scalar(str name, int op, a, val, out):
 cdef _unary(str name, int op, a, out):
     cdef Array A = _arr(name, "a", a)
     cdef Array O = _arr(name, "out", out)
-    check_same_size(name, a=A, out=O)
+    if A.size != O.size:
+        check_same_size(name, a=A, out=O)
     with nogil:
         _unary_kernel(op, A.data, O.data, O.size)
 
@@ -612,7 +676,7 @@ def scalar_div(a, val, out):
 
 def scalar_power(a, val, out):
     """out = a ** val (powf; val == 2 is an exact square)."""
-    cdef float v = check_scalar("scalar_power", val)
+    cdef float v = _scalar_arg("scalar_power", val)
     _scalar("scalar_power", NK_SQUARE if v == 2.0 else NK_POW, a, val, out)
 
 
@@ -941,3 +1005,92 @@ def reduce_max_axis(a, out, outer, reduce_size, inner):
     _check_reduce_axis("reduce_max_axis", A, O, co, cr, ci)
     with nogil:
         _reduce_axis(A.data, O.data, co, cr, ci, 1)
+
+
+# ---------------------------------------------------------------- optimizer steps
+
+def adam_update(param, grad, m, v, out, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """One Adam step, element-wise; m and v are updated in place (see the reference)."""
+    cdef Array P = _arr("adam_update", "param", param)
+    cdef Array G = _arr("adam_update", "grad", grad)
+    cdef Array M = _arr("adam_update", "m", m)
+    cdef Array V = _arr("adam_update", "v", v)
+    cdef Array O = _arr("adam_update", "out", out)
+    lr, beta1, beta2, eps, weight_decay, c1, c2 = _check_optim(
+        "adam_update", dict(param=P, grad=G, m=M, v=V, out=O), (lr, beta1, beta2, eps, weight_decay, c1, c2))
+    # the same float32 roundings as the reference: each scalar formed in double, then rounded once
+    cdef float b1 = beta1, omb1 = 1.0 - beta1, b2 = beta2, omb2 = 1.0 - beta2, wd = weight_decay
+    cdef float step = lr / c1, inv_c2 = 1.0 / c2, ep = eps
+    cdef int has_wd = weight_decay != 0.0
+    cdef Py_ssize_t n = O.size, chunk, lo
+    cdef int nt = _threads_for(n * 4), c  # about four element-wise kernels' worth of memory traffic
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            nk_adam(P.data, G.data, M.data, V.data, O.data, n, b1, omb1, b2, omb2, wd, has_wd, step, inv_c2, ep)
+        else:
+            chunk = ((n + nt - 1) // nt + 15) // 16 * 16
+            for c in prange(nt, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                lo = c * chunk
+                if lo < n:
+                    nk_adam(P.data + lo, G.data + lo, M.data + lo, V.data + lo, O.data + lo, min(chunk, n - lo),
+                            b1, omb1, b2, omb2, wd, has_wd, step, inv_c2, ep)
+
+
+def sgd_update(param, grad, u, out, lr, momentum, weight_decay):
+    """One SGD step with moving-average momentum; u (or None) is updated in place (see the reference)."""
+    cdef Array P = _arr("sgd_update", "param", param)
+    cdef Array G = _arr("sgd_update", "grad", grad)
+    cdef Array O = _arr("sgd_update", "out", out)
+    cdef Array U = None if u is None else _arr("sgd_update", "u", u)
+    arrays = dict(param=P, grad=G, out=O)
+    if U is not None:
+        arrays["u"] = U
+    lr, momentum, weight_decay = _check_optim("sgd_update", arrays, (lr, momentum, weight_decay))
+    cdef float flr = lr, mom = momentum, ommom = 1.0 - momentum, wd = weight_decay
+    cdef int has_wd = weight_decay != 0.0
+    cdef float *ud = NULL if U is None else U.data
+    cdef Py_ssize_t n = O.size, chunk, lo
+    cdef int nt = _threads_for(n * 2), c
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            nk_sgd(P.data, G.data, ud, O.data, n, flr, mom, ommom, wd, has_wd)
+        else:
+            chunk = ((n + nt - 1) // nt + 15) // 16 * 16
+            for c in prange(nt, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                lo = c * chunk
+                if lo < n:
+                    nk_sgd(P.data + lo, G.data + lo, NULL if ud == NULL else ud + lo, O.data + lo,
+                           min(chunk, n - lo), flr, mom, ommom, wd, has_wd)
+
+
+# ---------------------------------------------------------------- convolution
+
+def col2im(cols, out, n, h, w, c, k, s):
+    """The adjoint of the im2col window view of an NHWC image (see the reference).
+
+    Each output row (b, y) gathers the window entries that read it, so rows
+    are independent and the threads never write the same element.
+    """
+    cdef Array C = _arr("col2im", "cols", cols)
+    cdef Array O = _arr("col2im", "out", out)
+    dims = [_int("col2im", what, x) for what, x in (("n", n), ("h", h), ("w", w), ("c", c), ("k", k), ("s", s))]
+    ho, wo = check_col2im("col2im", C, O, *dims)
+    cdef Py_ssize_t cn = dims[0], ch = dims[1], cw = dims[2], cc = dims[3], ck = dims[4], cs = dims[5]
+    cdef Py_ssize_t cho = ho, cwo = wo, row
+    cdef int nt = _threads_for(C.size + O.size)
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for row in range(cn * ch):
+                nk_col2im_row(C.data, O.data + row * cw * cc, row // ch, row % ch, cw, cc, ck, cs, cho, cwo)
+        else:
+            for row in prange(cn * ch, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                nk_col2im_row(C.data, O.data + row * cw * cc, row // ch, row % ch, cw, cc, ck, cs, cho, cwo)

@@ -78,6 +78,68 @@ NK_CLONES static void nk_fill(float *out, float v, ptrdiff_t n)
     for (ptrdiff_t i = 0; i < n; i++) out[i] = v;
 }
 
+/* ------------------------------------------------------------ optimizer steps */
+
+/* The element-wise Adam and SGD updates of ndarray_backend_numpy.adam_update
+ * and sgd_update, on one chunk. out may be p: each element is read before it
+ * is written. No math-errno, so sqrtf is one vector instruction (v >= 0). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NK_NO_ERRNO __attribute__((optimize("no-math-errno")))
+#else
+#define NK_NO_ERRNO
+#endif
+
+NK_CLONES NK_NO_ERRNO static void nk_adam(const float *p, const float *g, float *m, float *v, float *out, ptrdiff_t n,
+                                          float b1, float omb1, float b2, float omb2, float wd, int has_wd,
+                                          float step, float inv_c2, float eps)
+{
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float gi = has_wd ? g[i] + p[i] * wd : g[i];
+        float mi = m[i] * b1 + gi * omb1;
+        float vi = v[i] * b2 + (gi * gi) * omb2;
+        m[i] = mi;
+        v[i] = vi;
+        out[i] = p[i] - (mi * step) / (sqrtf(vi * inv_c2) + eps);
+    }
+}
+
+/* u == NULL: plain SGD. */
+NK_CLONES static void nk_sgd(const float *p, const float *g, float *u, float *out, ptrdiff_t n,
+                             float lr, float mom, float ommom, float wd, int has_wd)
+{
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float gi = has_wd ? g[i] + p[i] * wd : g[i];
+        if (u) {
+            gi = u[i] * mom + gi * ommom;
+            u[i] = gi;
+        }
+        out[i] = p[i] - gi * lr;
+    }
+}
+
+/* ------------------------------------------------------------ col2im */
+
+/* Row y of image b of ndarray_backend_numpy.col2im: out_row (w, c) is
+ * overwritten with the sum of the window entries that read it, gathered in
+ * order of increasing (ki, kj) so the sums round as the reference's do. */
+NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t b, ptrdiff_t y, ptrdiff_t w,
+                                    ptrdiff_t c, ptrdiff_t k, ptrdiff_t s, ptrdiff_t ho, ptrdiff_t wo)
+{
+    memset(out_row, 0, (size_t)(w * c) * sizeof(float));
+    for (ptrdiff_t ki = 0; ki < k && ki <= y; ki++) {
+        ptrdiff_t dy = y - ki;
+        if (dy % s || dy / s >= ho) continue;
+        const float *src_i = cols + (b * ho + dy / s) * wo * k * k * c + ki * k * c;
+        for (ptrdiff_t kj = 0; kj < k; kj++) {
+            for (ptrdiff_t j = 0; j < wo; j++) {
+                const float *src = src_i + j * k * k * c + kj * c;
+                float *dst = out_row + (j * s + kj) * c;
+                for (ptrdiff_t ch = 0; ch < c; ch++) dst[ch] += src[ch];
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------ reductions */
 
 /* Sixteen partial sums let the loop vectorize without -ffast-math (which

@@ -2,7 +2,7 @@
 
 Buffers are ``cupy`` arrays; every function launches a hand-written kernel
 from the ``cuda/*.cu`` sources next to this file (``elementwise.cu``,
-``strided.cu``, ``matmul.cu``, ``reduce.cu``). Each source is compiled once
+``strided.cu``, ``matmul.cu``, ``reduce.cu``, ``optim.cu``, ``conv.cu``). Each source is compiled once
 per process with NVRTC, on first use, and cupy keeps the binary in its disk
 cache between processes.
 
@@ -26,6 +26,8 @@ import numpy as np
 
 from .ndarray_backend_numpy import (
     _check_matmul,
+    _check_optim,
+    check_col2im,
     _check_reduce,
     _check_reduce_axis,
     check_same_size,
@@ -172,6 +174,8 @@ KERNELS = {
     "strided.cu": ("compact", "ewise_setitem", "scalar_setitem"),
     "matmul.cu": ("matmul", "matmul_tiled"),
     "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle"),
+    "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
+    "conv.cu": ("col2im",),
 }
 _SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
 
@@ -508,3 +512,48 @@ def reduce_sum_axis(a, out, outer, reduce_size, inner):
 def reduce_max_axis(a, out, outer, reduce_size, inner):
     """Like reduce_sum_axis with max."""
     _reduce_axis("max", "reduce_max_axis", a, out, outer, reduce_size, inner)
+
+
+# ---------------------------------------------------------------- optimizer steps
+
+def adam_update(param, grad, m, v, out, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """One Adam step, element-wise; m and v are updated in place (see the reference)."""
+    _require("adam_update")
+    _check_arrays("adam_update", param=param, grad=grad, m=m, v=v, out=out)
+    lr, beta1, beta2, eps, weight_decay, c1, c2 = _check_optim(
+        "adam_update", dict(param=param, grad=grad, m=m, v=v, out=out), (lr, beta1, beta2, eps, weight_decay, c1, c2))
+    if out.size:
+        _launch(_kernel("adam_update"), *grid_1d(out.size),
+                (param.array, grad.array, m.array, v.array, out.array, _f32(beta1), _f32(1.0 - beta1),
+                 _f32(beta2), _f32(1.0 - beta2), _f32(weight_decay), _f32(lr / c1), _f32(1.0 / c2), _f32(eps),
+                 _i64(out.size)))
+
+
+def sgd_update(param, grad, u, out, lr, momentum, weight_decay):
+    """One SGD step with moving-average momentum; u (or None) is updated in place (see the reference)."""
+    _require("sgd_update")
+    arrays = dict(param=param, grad=grad, out=out) if u is None else dict(param=param, grad=grad, u=u, out=out)
+    _check_arrays("sgd_update", **arrays)
+    lr, momentum, weight_decay = _check_optim("sgd_update", arrays, (lr, momentum, weight_decay))
+    if not out.size:
+        return
+    if u is None:
+        _launch(_kernel("sgd_update"), *grid_1d(out.size),
+                (param.array, grad.array, out.array, _f32(lr), _f32(weight_decay), _i64(out.size)))
+    else:
+        _launch(_kernel("sgd_momentum_update"), *grid_1d(out.size),
+                (param.array, grad.array, u.array, out.array, _f32(lr), _f32(momentum), _f32(1.0 - momentum),
+                 _f32(weight_decay), _i64(out.size)))
+
+
+# ---------------------------------------------------------------- convolution
+
+def col2im(cols, out, n, h, w, c, k, s):
+    """The adjoint of the im2col window view of an NHWC image (see the reference); one thread per output element."""
+    _require("col2im")
+    _check_arrays("col2im", cols=cols, out=out)
+    n, h, w, c, k, s = (int(x) for x in (n, h, w, c, k, s))
+    ho, wo = check_col2im("col2im", cols, out, n, h, w, c, k, s)
+    if out.size:
+        _launch(_kernel("col2im"), *grid_1d(out.size),
+                (cols.array, out.array, _i64(n), _i64(h), _i64(w), _i64(c), _i64(k), _i64(s), _i64(ho), _i64(wo)))

@@ -264,3 +264,94 @@ def reduce_max_axis(a, out, outer, reduce_size, inner):
     """Like reduce_sum_axis with max."""
     _check_reduce_axis("reduce_max_axis", a, out, outer, reduce_size, inner)
     out.array[:] = a.array.reshape(outer, reduce_size, inner).max(axis=1).ravel()
+
+
+# ---------------------------------------------------------------- optimizer steps
+# Extensions: one pass over a parameter instead of a dozen element-wise
+# kernels (and as many temporaries). Every argument is a compact Array of the
+# same size; the arithmetic is float32, each scalar rounded to float32 once,
+# in the order written below. ``out`` may be ``param`` itself.
+
+def _check_optim(name, arrays, scalars):
+    check_same_size(name, **arrays)
+    return [check_scalar(name, s) for s in scalars]
+
+
+def adam_update(param, grad, m, v, out, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """One Adam step, element-wise (m and v are updated in place):
+
+        g   = grad + weight_decay * param          (grad itself when weight_decay == 0)
+        m   = beta1 * m + (1 - beta1) * g
+        v   = beta2 * v + (1 - beta2) * (g * g)
+        out = param - (m * (lr / c1)) / (sqrt(v * (1 / c2)) + eps)
+
+    c1 = 1 - beta1**t and c2 = 1 - beta2**t are the bias corrections of step t;
+    lr / c1 and 1 / c2 are formed in double precision, then rounded to float32.
+    Starting from m = v = 0 this is exactly the unfused update of the first step.
+    """
+    lr, beta1, beta2, eps, weight_decay, c1, c2 = _check_optim(
+        "adam_update", dict(param=param, grad=grad, m=m, v=v, out=out),
+        (lr, beta1, beta2, eps, weight_decay, c1, c2))
+    f = np.float32
+    p, g = param.array, grad.array
+    if weight_decay != 0.0:
+        g = g + p * f(weight_decay)
+    m.array[:] = m.array * f(beta1) + g * f(1.0 - beta1)
+    v.array[:] = v.array * f(beta2) + (g * g) * f(1.0 - beta2)
+    out.array[:] = p - (m.array * f(lr / c1)) / (np.sqrt(v.array * f(1.0 / c2)) + f(eps))
+
+
+def sgd_update(param, grad, u, out, lr, momentum, weight_decay):
+    """One SGD step, element-wise, with needle's moving-average momentum:
+
+        g   = grad + weight_decay * param          (grad itself when weight_decay == 0)
+        u   = momentum * u + (1 - momentum) * g    (in place; skipped when u is None)
+        out = param - lr * u                       (lr * g when u is None)
+
+    Starting from u = 0 the first step gives u = (1 - momentum) * g exactly.
+    """
+    arrays = dict(param=param, grad=grad, out=out)
+    if u is not None:
+        arrays["u"] = u
+    lr, momentum, weight_decay = _check_optim("sgd_update", arrays, (lr, momentum, weight_decay))
+    f = np.float32
+    p, g = param.array, grad.array
+    if weight_decay != 0.0:
+        g = g + p * f(weight_decay)
+    if u is not None:
+        u.array[:] = u.array * f(momentum) + g * f(1.0 - momentum)
+        g = u.array
+    out.array[:] = p - g * f(lr)
+
+
+# ---------------------------------------------------------------- convolution
+
+def check_col2im(name, cols, out, n, h, w, c, k, s):
+    """(ho, wo) of a col2im call after checking every size; raises ValueError naming the problem."""
+    if min(n, h, w, c) < 0 or k < 1 or s < 1:
+        raise ValueError(f"{name}: bad sizes n={n}, h={h}, w={w}, c={c}, k={k}, stride={s}")
+    if h < k or w < k:
+        raise ValueError(f"{name}: a {k}x{k} window does not fit an image of {h}x{w}")
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    check_size(name, cols, n * ho * wo * k * k * c, f"cols (n={n}, ho={ho}, wo={wo}, k={k}, c={c})")
+    check_size(name, out, n * h * w * c, f"out (n={n}, h={h}, w={w}, c={c})")
+    return ho, wo
+
+
+def col2im(cols, out, n, h, w, c, k, s):
+    """The adjoint of the im2col window view of an NHWC image (an extension used by convolution).
+
+    cols is compact (n, ho, wo, k, k, c) with ho = (h - k) // s + 1, wo = (w - k) // s + 1;
+    out, compact (n, h, w, c), is overwritten with
+
+        out[b, y, x, ch] = sum over i*s + ki == y, j*s + kj == x of cols[b, i, j, ki, kj, ch],
+
+    the terms added in order of increasing (ki, kj); pixels no window covers are 0.
+    """
+    ho, wo = check_col2im("col2im", cols, out, n, h, w, c, k, s)
+    img = out.array.reshape(n, h, w, c)
+    img[...] = 0.0
+    windows = cols.array.reshape(n, ho, wo, k, k, c)
+    for ki in range(k):
+        for kj in range(k):
+            img[:, ki:ki + s * (ho - 1) + 1:s, kj:kj + s * (wo - 1) + 1:s, :] += windows[:, :, :, ki, kj, :]

@@ -1,4 +1,5 @@
 """The core nn modules: Parameter, Module and the basic layers."""
+import math
 from typing import List
 
 import numpy
@@ -186,7 +187,7 @@ class BatchNorm1d(Module):
 
     # the statistics live on ``axes`` of x; ``kept`` is their shape with those axes kept as 1
     def _normalize(self, x, axes, kept):
-        count = numpy.prod([x.shape[a] for a in axes])
+        count = math.prod(x.shape[a] for a in axes)
         if self.training:
             mean = x.sum(axes) / count
             centered = x - mean.reshape(kept).broadcast_to(x.shape)

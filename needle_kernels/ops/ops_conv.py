@@ -11,7 +11,12 @@ with strides ``(sN, s*sH, s*sW, sH, sW, sC)``. Reshaping ``cols`` to
 weight seen as ``(K*K*C_in, C_out)`` is the convolution.
 """
 from ..autograd import Tensor, TensorOp
-from ..backend_selection import array_api, device_of, element_strides
+from ..backend_selection import BACKEND, array_api, device_of, element_strides
+
+if BACKEND == "nd":
+    from ..backend_ndarray.ndarray import col2im as _col2im_kernel  # one gather pass (a backend extension)
+else:
+    _col2im_kernel = None
 from .ops_mathematic import Pad, Reshape, crop, reshape, transpose
 
 
@@ -127,8 +132,9 @@ def im2col(a, kernel_size, stride=1):
 class Col2Im(TensorOp):
     """The adjoint of im2col: out (NHWC ``image_shape``) = sum over windows of their entries.
 
-    out[n, i*s + ki, j*s + kj, c] += cols[n, i, j, ki, kj, c]: one strided add per
-    kernel offset (ki, kj), never a loop over pixels.  da = im2col(g).
+    out[n, i*s + ki, j*s + kj, c] += cols[n, i, j, ki, kj, c]: the backend's col2im
+    kernel on NDArrays; in numpy mode one strided add per kernel offset (ki, kj),
+    never a loop over pixels.  da = im2col(g).
     """
 
     def __init__(self, image_shape, stride=1):
@@ -136,6 +142,8 @@ class Col2Im(TensorOp):
         self.stride = int(stride)
 
     def compute(self, cols):
+        if _col2im_kernel is not None:
+            return _col2im_kernel(cols, self.image_shape, self.stride)
         n, ho, wo, k, _, c = cols.shape
         s = self.stride
         out = array_api.full(self.image_shape, 0.0, device=device_of(cols))

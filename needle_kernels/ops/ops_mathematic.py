@@ -6,6 +6,8 @@ lowercase function. ``g`` in the docstrings is ``out_grad``, the adjoint of
 the op's output. Gradients are written with ops, so they can be
 differentiated again.
 """
+import math
+
 import numpy
 
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
@@ -17,12 +19,17 @@ from .ops_tuple import make_tuple
 
 def _broadcast_shape(name, a, b):
     """numpy's broadcast of two shapes, or a ValueError naming both."""
+    a, b = tuple(a), tuple(b)
     if a == b:
-        return tuple(a)
-    try:
-        return tuple(numpy.broadcast_shapes(tuple(a), tuple(b)))
-    except ValueError:
-        raise ValueError(f"{name}: shapes {tuple(a)} and {tuple(b)} cannot be broadcast together") from None
+        return a
+    # the rule written out: numpy.broadcast_shapes costs several microseconds per call
+    ndim = max(len(a), len(b))
+    out = []
+    for x, y in zip((1,) * (ndim - len(a)) + a, (1,) * (ndim - len(b)) + b):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"{name}: shapes {a} and {b} cannot be broadcast together")
+        out.append(y if x == 1 else x)
+    return tuple(out)
 
 
 def _unbroadcast(grad, shape):
@@ -342,16 +349,17 @@ def transpose(a, axes=None):
 
 
 def _resolve_shape(shape, old_shape, name="reshape"):
-    size = int(numpy.prod(old_shape))
+    # math.prod, not numpy.prod: this runs for every reshape, and numpy's costs microseconds per call
+    size = math.prod(old_shape)
     shape = tuple(int(n) for n in shape)
     if shape.count(-1) > 1:
         raise ValueError(f"{name}: only one dimension can be -1 in {shape}")
     if -1 in shape:
-        known = int(numpy.prod([n for n in shape if n != -1]))
+        known = math.prod(n for n in shape if n != -1)
         if known == 0 or size % known:
             raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} into shape {shape}")
         shape = tuple(size // known if n == -1 else n for n in shape)
-    if int(numpy.prod(shape)) != size:
+    if math.prod(shape) != size:
         raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} into shape {shape}")
     return shape
 
