@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	@bash scripts/install_system_deps.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "setuptools>=68" wheel "Cython>=3.0" "numpy>=1.26"
+	$(BIN)/python -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
 	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
 	@touch $@

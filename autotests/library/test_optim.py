@@ -102,3 +102,49 @@ def test_clip_grad_norm(device):
     np.testing.assert_allclose(b.grad.numpy(), [0.8, 0.0], rtol=1e-5)
     optim.SGD([a, b]).clip_grad_norm(10.0)  # already small: unchanged
     np.testing.assert_allclose(a.grad.numpy(), [0.6], rtol=1e-5)
+
+
+def _unfused_adam(x, grads, lr, b1, b2, eps, wd):
+    """Adam written with float32 numpy operations one at a time, as the unfused update does."""
+    f = np.float32
+    x = x.astype(np.float32)
+    m = v = np.zeros_like(x)
+    for t, g in enumerate(grads, start=1):
+        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+        g = g + x * f(wd)
+        m = m * f(b1) + g * f(1 - b1)
+        v = v * f(b2) + (g * g) * f(1 - b2)
+        x = x - (m * f(lr / c1)) / ((v * f(1.0 / c2)) ** f(0.5) + f(eps))
+    return x
+
+
+def test_adam_steps_match_the_unfused_float32_update(device):
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal((37, 11)).astype(np.float32)
+    grads = [rng.standard_normal((37, 11)).astype(np.float32) for _ in range(6)]
+    p = nn.Parameter(ndl.Tensor(x0, device=device))
+    opt = optim.Adam([p], lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.001)
+    for g in grads:
+        p.grad = ndl.Tensor(g, device=device, requires_grad=False)
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), _unfused_adam(x0, grads, 0.01, 0.9, 0.999, 1e-8, 0.001), rtol=2e-6, atol=1e-7)
+
+
+def test_a_step_leaves_earlier_arrays_alone(device):
+    """The step gives the parameter a new array: a detached copy taken before keeps its values."""
+    for make in [lambda ps: optim.Adam(ps, lr=0.1), lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9)]:
+        p = _param([1.0, 2.0, 3.0], [1.0, -1.0, 0.5], device)
+        before = p.data
+        make([p]).step()
+        np.testing.assert_array_equal(before.numpy(), [1.0, 2.0, 3.0])
+        assert not np.allclose(p.numpy(), [1.0, 2.0, 3.0])
+
+
+def test_grad_views_are_compacted(device):
+    """A gradient that is a strided view (here a transpose) is read element by element correctly."""
+    x0 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = np.arange(6, dtype=np.float32).reshape(3, 2) + 1
+    p = nn.Parameter(ndl.Tensor(x0, device=device))
+    p.grad = ndl.Tensor(g, device=device, requires_grad=False).transpose()
+    optim.SGD([p], lr=0.5).step()
+    np.testing.assert_allclose(p.numpy(), x0 - 0.5 * g.T, rtol=1e-6)
