@@ -8,6 +8,7 @@ reason when it could not.
 import argparse
 import datetime
 import logging
+import os
 import sys
 
 from grader import GraderError, __version__
@@ -40,7 +41,7 @@ def cmd_init(args):
     from grader.course import init_course
 
     course = init_course(args.directory, args.course_id, exchange=args.exchange,
-                         kernel_name=args.kernel, db_url=args.db_url)
+                         kernel_name=args.kernel, db_url=args.db_url, packages=args.package)
     print(f"created course {course.course_id!r} in {course.root}")
     print(f"  config    {course.root / 'nbgrader_config.py'}")
     print(f"  gradebook {course.db_url}")
@@ -256,6 +257,8 @@ def build_parser():
     p.add_argument("--exchange", help="exchange root (default /srv/nbgrader/exchange)")
     p.add_argument("--kernel", default="python3", help="the pinned kernelspec name")
     p.add_argument("--db-url", help="SQLAlchemy URL of the gradebook (default: sqlite in the course)")
+    p.add_argument("--package", action="append", default=[],
+                   help="a development-mode package submissions import (repeatable)")
     command("doctor", cmd_doctor, "check sandbox, exchange, kernel and gradebook", assignment=False)
     p = command("generate", cmd_generate, "make the student version (nbgrader generate_assignment)")
     p.add_argument("--due", help="due date, ISO 8601 (UTC unless it says otherwise) or 'now'")
@@ -294,8 +297,17 @@ def build_parser():
     return parser
 
 
+def _tools_on_path():
+    """nbgrader runs `alembic` (to check the gradebook schema) from PATH: use this
+    environment's, also when the grader is started as .venv/bin/grader without activation."""
+    here = os.path.dirname(sys.executable)
+    if here not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    _tools_on_path()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="[%(levelname)s] %(message)s")
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)

@@ -51,6 +51,9 @@ c.Exchange.root = {exchange!r}
 # Every submission runs in a sandbox with this kernel, whatever its metadata says.
 c.Sandbox.kernel_name = {kernel_name!r}
 c.Sandbox.mode = "auto"            # bwrap, else unshare; "none" only if you mean it
+# packages installed in development mode (outside the interpreter's prefix) that
+# submissions import; they are shown read-only inside the sandbox
+c.Sandbox.packages = {packages!r}
 c.Sandbox.memory_mb = 1536
 c.Sandbox.max_processes = 64
 c.Sandbox.max_file_mb = 64
@@ -158,7 +161,8 @@ def ensure_exchange(path) -> None:
         path.chmod(0o777)
 
 
-def init_course(directory, course_id: str, exchange=None, kernel_name="python3", db_url=None) -> Course:
+def init_course(directory, course_id: str, exchange=None, kernel_name="python3", db_url=None,
+                packages=()) -> Course:
     """Create a course directory with an nbgrader config, an empty gradebook and an exchange."""
     root = Path(directory).resolve()
     if (root / CONFIG_FILE).exists():
@@ -175,6 +179,7 @@ def init_course(directory, course_id: str, exchange=None, kernel_name="python3",
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     (root / CONFIG_FILE).write_text(CONFIG_TEMPLATE.format(
         course_id=course_id, db_url=db_url, exchange=exchange, kernel_name=kernel_name,
+        packages=list(packages),
         preprocessors=AUTOGRADE_PREPROCESSORS, sanitize=SANITIZE_PREPROCESSORS, feedback_preprocessors=FEEDBACK_PREPROCESSORS))
     course = load_course(root)
     with course.gradebook():

@@ -58,7 +58,9 @@ def require_bwrap():
 def environment(home):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBGRADER"))}
     env.update(HOME=str(home), PYTHONPATH=str(REPO), USER=os.environ.get("USER", "instructor"),
-               PYTHONDONTWRITEBYTECODE="1")
+               PYTHONDONTWRITEBYTECODE="1",
+               # nbgrader's gradebook runs `alembic` from PATH; the suite may run unactivated
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     return env
 
 

@@ -46,11 +46,11 @@ def test_kernel_death_stops_the_rest_with_a_reason(tmp_path):
 
 def test_budget_bounds_the_whole_notebook(tmp_path):
     require_bwrap()
-    nb = notebook("import time; time.sleep(3)", "time.sleep(3)", "time.sleep(3)", "print('late')")
-    result = run_notebook(nb, tmp_path, settings(budget=5, cell_timeout=30))
+    nb = notebook("import time; time.sleep(2)", "time.sleep(6)", "time.sleep(6)", "print('late')")
+    result = run_notebook(nb, tmp_path, settings(budget=6, cell_timeout=30))
     assert errors(result.nb.cells[0]) == []
     assert STOP_NAME in errors(result.nb.cells[-1])
-    assert "time budget of 5 s" in result.reasons[0]
+    assert "time budget of 6 s" in result.reasons[0]
 
 
 def test_file_size_and_processes_are_limited(tmp_path):

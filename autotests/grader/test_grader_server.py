@@ -2,10 +2,10 @@
 loopback: the formgrader's REST routes for the instructor, the assignment list's for
 a student, with the course config that puts the sandbox into nbgrader's autograde."""
 
+import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,28 +29,29 @@ class Lab:
     """A `jupyter lab` process serving `root`, and its REST API."""
 
     def __init__(self, root, home, user):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
         env = environment(home)
         env.update(USER=user, LOGNAME=user)
         self.log = open(Path(home) / f"lab-{user}.log", "w")
+        # port 0: the server picks a free port and writes it to its runtime file
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={self.port}",
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--port=0",
              "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}",
-             f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0"]
-            + (["--allow-root"] if os.geteuid() == 0 else []),
+             f"--ServerApp.root_dir={root}"] + (["--allow-root"] if os.geteuid() == 0 else []),
             cwd=str(root), env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
+        runtime = Path(home) / ".local" / "share" / "jupyter" / "runtime" / f"jpserver-{self.proc.pid}.json"
+        deadline = time.monotonic() + 180
+        self.port = None
         while True:
             try:
-                self.call("GET", "/api/status")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"jupyter lab did not start: see {self.log.name}")
-                time.sleep(0.5)
+                if self.port is None and runtime.exists():
+                    self.port = json.loads(runtime.read_text())["port"]
+                if self.port is not None and "version" in self.call("GET", "/api"):
+                    break
+            except (OSError, ValueError, KeyError, http.client.HTTPException):
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab did not start: see {self.log.name}")
+            time.sleep(0.5)
 
     def call(self, method, path, data=None, params=None):
         url = f"http://127.0.0.1:{self.port}{path}"

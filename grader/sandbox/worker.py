@@ -67,7 +67,6 @@ def main() -> int:
     nb = nbformat.read(str(job / "in.ipynb"), as_version=nbformat.NO_CONVERT)
     workdir = str(job / "work")
     status = {"completed": 0, "running": None, "reason": None}
-    deadline = time.monotonic() + spec["budget"]
 
     def save():
         write_atomic(job / "out.ipynb", nbformat.writes(nb))
@@ -86,6 +85,8 @@ def main() -> int:
         with ep.setup_kernel(cwd=workdir):
             info = ep.wait_for_reply(ep.kc.kernel_info())
             nb.metadata["language_info"] = info["content"]["language_info"]
+            # the budget counts from a running kernel; starting one has its own timeout
+            deadline = time.monotonic() + spec["budget"]
             for index, cell in enumerate(nb.cells):
                 remaining = deadline - time.monotonic()
                 if remaining <= 1:
