@@ -121,6 +121,13 @@ class _HostArray:
         self._raw = np.full(self.size + 2 * _GUARD, np.nan, dtype=np.float32)
         self.data = _HostMemory(self._raw.ctypes.data + 4 * _GUARD)
 
+    def __getitem__(self, index):
+        """A prefix view a[:n], sharing memory; the rest of the buffer becomes guard zone."""
+        assert isinstance(index, slice) and index.start is None and index.step is None
+        view = object.__new__(_HostArray)
+        view.size, view._raw, view.data = min(index.stop, self.size), self._raw, self.data
+        return view
+
     def get(self):
         return self._raw[_GUARD:_GUARD + self.size].copy()
 

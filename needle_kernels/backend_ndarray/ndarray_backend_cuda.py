@@ -33,8 +33,10 @@ from .ndarray_backend_numpy import (
     check_same_size,
     check_scalar,
     check_size,
+    check_array_size,
     check_view,
     prod,
+    read_view,
 )
 
 __device_name__ = "cuda"
@@ -48,7 +50,11 @@ _MATMUL_THREADS = 256  # THREADS in matmul.cu
 _MIDDLE_BLOCK = (32, 8, 1)  # (MIDDLE_LANES, MIDDLE_ROWS) in reduce.cu
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
-_COMPILE_OPTIONS = ("-std=c++17", f"-DNK_TILE_SIZE={__tile_size__}")
+# IEEE float32 as numpy computes it: subnormals kept (not flushed to zero),
+# division and square root correctly rounded. cupy's own element-wise kernels
+# behave the same; flushing would make 0 == 1e-45 true and log(1e-40) = -inf.
+_COMPILE_OPTIONS = ("-std=c++17", f"-DNK_TILE_SIZE={__tile_size__}",
+                    "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 # Host image of ``struct StridedView`` in strided.cu: eighteen int64, so the
 # numpy layout and the C layout agree without padding rules.
@@ -113,11 +119,15 @@ class Array:
     __slots__ = ("array",)
 
     def __init__(self, size):
-        size = int(size)
-        if size < 0:
-            raise ValueError(f"Array size must be >= 0, got {size}")
+        size = check_array_size(size)
         cupy = _require("Array")
-        self.array = cupy.empty(size, dtype=np.float32)
+        if size:
+            self.array = cupy.empty(size, dtype=np.float32)
+        else:
+            # cupy gives every empty array the address 0; a one-element buffer
+            # keeps addresses distinct, so empty views of different buffers are
+            # never taken for views of the same one
+            self.array = cupy.empty(1, dtype=np.float32)[:0]
 
     @property
     def size(self):
@@ -234,7 +244,7 @@ def to_numpy(a, shape, strides, offset):
     """A new numpy float32 array with the elements of the strided view."""
     _require("to_numpy")
     _check_arrays("to_numpy", a=a)
-    shape = tuple(int(n) for n in shape)
+    shape, strides, offset = read_view("to_numpy", shape, strides, offset)
     check_view(a.size, shape, strides, offset)
     out = Array(prod(shape))
     _strided("compact", "to_numpy", a, out, shape, strides, offset)
@@ -310,6 +320,7 @@ def compact(a, out, shape, strides, offset):
     """out[i] = a[offset + sum_k idx_k(i) * strides[k]], i running row-major over shape."""
     _require("compact")
     _check_arrays("compact", a=a, out=out)
+    shape, strides, offset = read_view("compact", shape, strides, offset)
     check_size("compact", out, prod(shape), "out")
     check_view(a.size, shape, strides, offset)
     _strided("compact", "compact", a, out, shape, strides, offset)
@@ -319,6 +330,7 @@ def ewise_setitem(a, out, shape, strides, offset):
     """Write the compact a into the strided view (shape, strides, offset) of out."""
     _require("ewise_setitem")
     _check_arrays("ewise_setitem", a=a, out=out)
+    shape, strides, offset = read_view("ewise_setitem", shape, strides, offset)
     check_size("ewise_setitem", a, prod(shape), "a")
     check_view(out.size, shape, strides, offset, what="out")
     _strided("ewise_setitem", "ewise_setitem", a, out, shape, strides, offset)
@@ -328,6 +340,7 @@ def scalar_setitem(size, val, out, shape, strides, offset):
     """Set every element of the strided view of out to val; size == prod(shape)."""
     _require("scalar_setitem")
     _check_arrays("scalar_setitem", out=out)
+    shape, strides, offset = read_view("scalar_setitem", shape, strides, offset)
     if size != prod(shape):
         raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
     val = check_scalar("scalar_setitem", val)
@@ -532,7 +545,9 @@ def adam_update(param, grad, m, v, out, lr, beta1, beta2, eps, weight_decay, c1,
 def sgd_update(param, grad, u, out, lr, momentum, weight_decay):
     """One SGD step with moving-average momentum; u (or None) is updated in place (see the reference)."""
     _require("sgd_update")
-    arrays = dict(param=param, grad=grad, out=out) if u is None else dict(param=param, grad=grad, u=u, out=out)
+    arrays = dict(param=param, grad=grad, out=out)  # the reference's order, so messages match
+    if u is not None:
+        arrays["u"] = u
     _check_arrays("sgd_update", **arrays)
     lr, momentum, weight_decay = _check_optim("sgd_update", arrays, (lr, momentum, weight_decay))
     if not out.size:

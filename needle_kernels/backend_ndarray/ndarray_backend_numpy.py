@@ -17,6 +17,8 @@ Conventions shared by every backend
 * Sizes are checked at the Python boundary: a mismatch raises ``ValueError``
   naming the argument, never reads or writes out of bounds.
 """
+import operator
+
 import numpy as np
 
 __device_name__ = "cpu_numpy"
@@ -29,10 +31,7 @@ class Array:
     __slots__ = ("array",)
 
     def __init__(self, size):
-        size = int(size)
-        if size < 0:
-            raise ValueError(f"Array size must be >= 0, got {size}")
-        self.array = np.empty(size, dtype=np.float32)
+        self.array = np.empty(check_array_size(size), dtype=np.float32)
 
     @property
     def size(self):
@@ -46,9 +45,38 @@ class Array:
 # These helpers are imported by the other backends' Python wrappers so every
 # backend raises the same messages for the same mistakes.
 
+def check_array_size(size):
+    """The element count of a new Array as an int; ValueError for anything that is not one."""
+    try:
+        n = operator.index(size)
+    except TypeError:
+        raise ValueError(f"Array size must be an integer, got {type(size).__name__}") from None
+    if n < 0:
+        raise ValueError(f"Array size must be >= 0, got {n}")
+    return n
+
+
+def read_view(name, shape, strides, offset):
+    """(shape, strides, offset) as tuples of Python ints, or a ValueError naming what is not an integer."""
+    try:
+        shape, strides = tuple(shape), tuple(strides)
+    except TypeError:
+        raise ValueError(f"{name}: shape and strides must be sequences of integers, "
+                         f"got {type(shape).__name__} and {type(strides).__name__}") from None
+
+    def integer(what, v):
+        try:
+            return operator.index(v)
+        except TypeError:
+            raise ValueError(f"{name}: {what} must hold integers, got {v!r}") from None
+
+    return (tuple(integer("shape", n) for n in shape), tuple(integer("strides", s) for s in strides),
+            integer("offset", offset))
+
+
 def check_view(a_size, shape, strides, offset, what="a"):
     """Raise ValueError unless the strided view (shape, strides, offset) lies in a buffer of a_size."""
-    shape, strides = tuple(shape), tuple(strides)
+    shape, strides, offset = read_view(what, shape, strides, offset)
     if len(shape) != len(strides):
         raise ValueError(f"{what}: shape {shape} and strides {strides} have different lengths")
     if any(s < 0 for s in shape):
@@ -120,18 +148,21 @@ def fill(out, val):
 
 def compact(a, out, shape, strides, offset):
     """out[i] = a[offset + sum_k idx_k(i) * strides[k]], i running row-major over shape."""
+    shape, strides, offset = read_view("compact", shape, strides, offset)
     check_size("compact", out, prod(shape), "out")
     out.array[:] = _view(a, shape, strides, offset).ravel()
 
 
 def ewise_setitem(a, out, shape, strides, offset):
     """Write the compact a into the strided view (shape, strides, offset) of out."""
+    shape, strides, offset = read_view("ewise_setitem", shape, strides, offset)
     check_size("ewise_setitem", a, prod(shape), "a")
     _view(out, shape, strides, offset, "out")[...] = a.array.reshape(shape)
 
 
 def scalar_setitem(size, val, out, shape, strides, offset):
     """Set every element of the strided view of out to val; size == prod(shape)."""
+    shape, strides, offset = read_view("scalar_setitem", shape, strides, offset)
     if size != prod(shape):
         raise ValueError(f"scalar_setitem: size {size} != prod(shape {tuple(shape)})")
     _view(out, shape, strides, offset, "out")[...] = check_scalar("scalar_setitem", val)
