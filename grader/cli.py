@@ -290,10 +290,11 @@ def build_parser():
         ("fetch-solutions", cmd_fetch_solutions, "fetch released solutions"),
     ]:
         p = command(name, func, help)
-        if name != "validate":
-            p.add_argument("--course-id", required=True)
-            p.add_argument("--exchange", help="exchange root (default /srv/nbgrader/exchange)")
-            p.add_argument("--student", help="student name (default: the logged-in user)")
+        # validate works on the local copy alone; it takes the same options so that every
+        # student command can be typed the same way
+        p.add_argument("--course-id", required=name != "validate")
+        p.add_argument("--exchange", help="exchange root (default /srv/nbgrader/exchange)")
+        p.add_argument("--student", help="student name (default: the logged-in user)")
     return parser
 
 
@@ -320,6 +321,10 @@ def main(argv=None) -> int:
         args.func(args)
     except GraderError as err:
         print(f"grader {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # a missing roster, an unreadable folder: say which file, no traceback
+        where = f": {err.filename}" if err.filename else ""
+        print(f"grader {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"grader {args.command}: interrupted; run it again to resume", file=sys.stderr)

@@ -1,14 +1,16 @@
 """`grader feedback ASSIGNMENT`: nbgrader's generate_feedback and release_feedback, with
 the results of hidden tests but not their source, and the grading notes on top.
 
-The hidden part of a test cell is replaced by a placeholder line and the tracebacks
-of that cell are reduced to their last line (an IPython traceback quotes the failing
-source). `c.FeedbackPolicy.reveal_hidden_tests = True` shows everything.
+The hidden part of a test cell is replaced by a placeholder line and that cell's
+outputs by its outcome alone: the class of its first error, if any (tracebacks quote
+the failing source, and printed output or an error message can carry it too). `c.FeedbackPolicy.reveal_hidden_tests = True` shows everything.
 """
 
 import html
 import shutil
 from dataclasses import dataclass, field
+
+import nbformat
 
 from nbgrader.preprocessors import ClearHiddenTests
 
@@ -32,10 +34,22 @@ class HideHiddenTests(GraderPreprocessor):
         for cell in nb.cells:
             if cell.cell_type == "code" and begin in cell.source:
                 cell.source = _strip_region(cell.source, begin, end)
-                for out in cell.get("outputs", []):
-                    if out.get("output_type") == "error":
-                        out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".rstrip(": ")]
+                cell.outputs = _outcome_only(cell.get("outputs", []))
         return nb, resources
+
+
+def _outcome_only(outputs):
+    """Outputs of a cell with hidden tests, reduced to whether it failed and with what.
+
+    Anything else a test cell shows could carry the hidden source: code under test can
+    print `In[-1]` (the running cell) or raise an exception whose message is that text.
+    So printed output, displays and error messages are dropped; the error's class stays.
+    """
+    names = [out.get("ename", "Error") for out in outputs if out.get("output_type") == "error"]
+    if not names:
+        return []
+    return [nbformat.v4.new_output("error", ename=names[0], evalue="",
+                                   traceback=[f"{names[0]}: a hidden test failed (its details are not shown)"])]
 
 
 def _strip_region(source, begin, end):

@@ -8,7 +8,10 @@ test accuracy of
 * the two-layer network ``ReLU(X W1) W2`` (numpy ``nn_epoch``),
 * MLPResNet (needle, Adam), as in hw2.
 
-    python scripts/mnist_accuracy.py [--data-dir DIR] [--epochs-resnet N]
+    python scripts/mnist_accuracy.py [--data-dir DIR] [--epochs-resnet N] [--json]
+
+With ``--json`` a last line holds a machine-readable summary (data source,
+accuracies, times, numpy/Cython parameter difference) after the table.
 
 The data directory defaults to ``$NEEDLE_DATA_DIR``, else ``../shared/data``
 beside the repository when present, else the standard cache.
@@ -22,6 +25,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -42,6 +46,14 @@ def default_data_dir():
     return shared if shared.is_dir() else ndl.data.data_dir()
 
 
+def data_source(root):
+    """Which source ``load_mnist_split(source="auto")`` reads from ``root``: "t10k", "train" or "synthetic"."""
+    for split in ("t10k", "train"):
+        if all(p.is_file() for p in ndl.data.paths.mnist_paths(split, root)):
+            return split
+    return "synthetic"
+
+
 def accuracy(logits, y):
     return float(np.mean(logits.argmax(axis=1) == y))
 
@@ -54,6 +66,7 @@ def main(argv=None):
     ap.add_argument("--epochs-softmax", type=int, default=10)
     ap.add_argument("--epochs-mlp", type=int, default=20)
     ap.add_argument("--epochs-resnet", type=int, default=10)
+    ap.add_argument("--json", action="store_true", help="end with a one-line JSON summary")
     args = ap.parse_args(argv)
     root = args.data_dir or default_data_dir()
     X_tr, y_tr, X_te, y_te = ndl.data.load_mnist_split(args.n_train, args.n_test, root=root)
@@ -69,7 +82,8 @@ def main(argv=None):
     theta_c = simple_ml.train_softmax(X_tr, y_tr, X_te, y_te, epochs=args.epochs_softmax, lr=0.2, batch=100,
                                       cpp=True, verbose=False)
     results.append(("softmax regression (Cython+OpenMP)", accuracy(X_te @ theta_c, y_te), time.perf_counter() - t))
-    print(f"max |theta_numpy - theta_native| = {np.abs(theta - theta_c).max():.2e}")
+    theta_diff = float(np.abs(theta - theta_c).max())
+    print(f"max |theta_numpy - theta_native| = {theta_diff:.2e}")
 
     t = time.perf_counter()
     W1, W2 = simple_ml.train_nn(X_tr, y_tr, X_te, y_te, hidden_dim=400, epochs=args.epochs_mlp, lr=0.2,
@@ -91,6 +105,17 @@ def main(argv=None):
     print(f"\n{'model':<40} {'test acc':>9} {'time (s)':>9}")
     for name, acc, secs in results:
         print(f"{name:<40} {acc:>9.4f} {secs:>9.2f}")
+    if args.json:
+        keys = ("softmax_numpy", "softmax_cython", "mlp", "mlp_resnet")
+        print(json.dumps({
+            "source": data_source(root),
+            "n_train": args.n_train,
+            "n_test": args.n_test,
+            "max_theta_diff": theta_diff,
+            "accuracy": {k: acc for k, (_, acc, _) in zip(keys, results)},
+            "seconds": {k: round(secs, 3) for k, (_, _, secs) in zip(keys, results)},
+            "names": {k: name for k, (name, _, _) in zip(keys, results)},
+        }))
     return 0
 
 

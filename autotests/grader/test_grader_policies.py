@@ -44,7 +44,8 @@ def test_grace_period(grace, late, penalty):
 def test_hidden_tests_are_withheld_but_their_result_shown():
     cell = nbformat.v4.new_code_cell("assert f(1) == 1\n### BEGIN HIDDEN TESTS\nassert f(2) == 'secret'\n"
                                      "### END HIDDEN TESTS")
-    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="",
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="assert f(2) == 'secret'\n"),
+                    nbformat.v4.new_output("error", ename="AssertionError", evalue="f(2) == 'secret'",
                                            traceback=["----> 3 assert f(2) == 'secret'"])]
     nb = nbformat.v4.new_notebook(cells=[cell])
     nb, _ = HideHiddenTests().preprocess(nb, {})
@@ -69,6 +70,8 @@ def test_commands_fail_clearly(tmp_path):
     proc = grader(["fetch", "ps9", "--course-id", "c1", "--exchange", tmp_path / "x"], tmp_path, home,
                   check=False)
     assert proc.returncode == 1 and "fetch" in proc.stderr.lower()
+    proc = grader(["roster", tmp_path / "no-such-roster.csv"], tmp_path / "c", home, check=False)
+    assert proc.returncode == 1 and "no-such-roster.csv" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_doctor_reports_the_sandbox(tmp_path):

@@ -94,3 +94,47 @@ def test_unshare_fallback_hides_the_course_and_the_network(tmp_path):
     assert "False" in result.nb.cells[0].outputs[0]["text"]
     assert errors(result.nb.cells[1]) == ["OSError"]
     assert not (secret / "x").exists()
+
+
+def graded(nb, *indices):
+    """Mark cells as nbgrader autograded test cells (grade, not solution)."""
+    for i in indices:
+        nb.cells[i].metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True,
+                                            "grade_id": f"test{i}", "points": 1, "schema_version": 3}
+    return nb
+
+
+SWALLOW_ERRORS = """
+import ast
+class Swallow(ast.NodeTransformer):
+    def visit_Module(self, node):
+        handler = ast.ExceptHandler(type=None, name=None, body=[ast.Pass()])
+        node.body = [ast.Try(body=node.body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[])]
+        return ast.fix_missing_locations(node)
+get_ipython().ast_transformers.append(Swallow())
+def mean(xs):
+    return 0
+"""
+
+
+@pytest.mark.parametrize("tamper", [
+    SWALLOW_ERRORS,
+    "import numpy.testing\nnumpy.testing.assert_allclose = lambda *a, **k: None\ndef mean(xs): return 0",
+    "get_ipython().set_custom_exc((AssertionError,), lambda *a, **k: None)\ndef mean(xs): return 0",
+], ids=["ast-transformer", "patched-assert", "custom-exception-handler"])
+def test_tampering_with_how_tests_run_stops_the_notebook(tmp_path, tamper):
+    require_bwrap()
+    nb = graded(notebook("x = 1", tamper,
+                         "import numpy.testing\nnumpy.testing.assert_allclose(mean([1, 2, 3]), 2)\n"
+                         "assert mean([2, 4]) == 3"), 2)
+    result = run_notebook(nb, tmp_path, settings(cell_timeout=30))
+    assert errors(result.nb.cells[2]) == [STOP_NAME]
+    assert "changed how its tests run" in result.reasons[0]
+
+
+def test_an_honest_notebook_passes_the_integrity_checks(tmp_path):
+    require_bwrap()
+    nb = graded(notebook("import numpy as np\n%matplotlib inline\ndef mean(xs): return float(np.mean(xs))",
+                         "assert mean([2, 4]) == 3", "np.testing.assert_allclose(mean([1, 2]), 1.5)"), 1, 2)
+    result = run_notebook(nb, tmp_path, settings(cell_timeout=30))
+    assert result.reasons == [] and [errors(c) for c in result.nb.cells] == [[], [], []]

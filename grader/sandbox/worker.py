@@ -14,9 +14,14 @@ wall-clock budget included, the cells that did complete keep their results.
 
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
+
+# run as `python -I worker.py`: -I leaves this folder off sys.path, the probe lives here
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import integrity  # noqa: E402
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -39,6 +44,12 @@ def install_kernelspec(spec: dict, code_dir: str) -> None:
     os.environ["JUPYTER_CONFIG_DIR"] = "/tmp/grader-config"
     os.environ["JUPYTER_DATA_DIR"] = "/tmp/grader-data"
     os.environ["IPYTHONDIR"] = "/tmp/grader-ipython"
+
+
+def is_test_cell(cell) -> bool:
+    """An autograded test cell: graded, not a solution (nbgrader's cell metadata)."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 def main() -> int:
@@ -72,6 +83,18 @@ def main() -> int:
         write_atomic(job / "out.ipynb", nbformat.writes(nb))
         write_atomic(job / "status.json", json.dumps(status))
 
+    def probe(index):
+        """Run the integrity probe as an extra cell; its report, or None (see integrity.py)."""
+        nonce = secrets.token_hex(16)
+        cell = nbformat.v4.new_code_cell(integrity.probe_source(nonce))
+        # nbclient stores the executed cell at nb.cells[index]: give it a place of its own there
+        nb.cells.insert(index, cell)
+        try:
+            ep.execute_cell(cell, index, store_history=False)
+        finally:
+            del nb.cells[index]
+        return integrity.read_report(cell.outputs, nonce)
+
     resources = {"metadata": {"path": workdir}}
     ep = Execute(nb, timeout=spec["cell_timeout"], kernel_name=spec["kernel_name"],
                  startup_timeout=spec["startup_timeout"], extra_arguments=spec["extra_arguments"],
@@ -87,12 +110,19 @@ def main() -> int:
             nb.metadata["language_info"] = info["content"]["language_info"]
             # the budget counts from a running kernel; starting one has its own timeout
             deadline = time.monotonic() + spec["budget"]
+            baseline = probe(0) if any(is_test_cell(c) for c in nb.cells) else None
             for index, cell in enumerate(nb.cells):
                 remaining = deadline - time.monotonic()
                 if remaining <= 1:
                     status["reason"] = f"the notebook's time budget of {spec['budget']} s ran out"
                     break
                 ep.timeout = max(1, int(min(spec["cell_timeout"], remaining)))
+                if baseline is not None and is_test_cell(cell):
+                    problems = integrity.tampering(baseline, probe(index))
+                    if problems:
+                        status["reason"] = ("the notebook changed how its tests run: "
+                                            + "; ".join(problems[:3]))
+                        break
                 status["running"] = index
                 ep.execute_cell(cell, index, store_history=True)
                 status["completed"], status["running"] = index + 1, None

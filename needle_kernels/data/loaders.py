@@ -5,6 +5,10 @@ from . import paths
 from .datasets.mnist_dataset import parse_mnist
 from .synthetic import synthetic_images
 
+#: Printed (even with ``verbose=False``) whenever ``source="auto"`` falls back to generated images,
+#: so that a run on generated data can always be told from one on real MNIST (the lecture tests look for it).
+FALLBACK_NOTICE = "real MNIST files not found"
+
 
 def load_mnist_split(n_train=8000, n_test=2000, root=None, *, source="auto", verbose=True):
     """MNIST as numpy arrays ``(X_train, y_train, X_test, y_test)``; X float32 (N, 784) in [0, 1], y uint8.
@@ -17,7 +21,8 @@ def load_mnist_split(n_train=8000, n_test=2000, root=None, *, source="auto", ver
     * ``"synthetic"``: random class templates plus noise (not digits).
 
     ``root`` is the data directory (default ``$NEEDLE_DATA_DIR``). With
-    ``verbose`` a line says which source was used.
+    ``verbose`` a line says which source was used; falling back to synthetic
+    images prints that line (containing ``FALLBACK_NOTICE``) whatever ``verbose`` says.
     """
     choices = ("auto", "t10k", "train", "synthetic")
     if source not in choices:
@@ -28,7 +33,7 @@ def load_mnist_split(n_train=8000, n_test=2000, root=None, *, source="auto", ver
             images, labels = synthetic_images(n_train + n_test, (28, 28), seed=0)
             X = images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0)
             y = labels
-            where = "synthetic images (real MNIST files not found)"
+            where = f"synthetic images ({FALLBACK_NOTICE} in {paths.mnist_dir(root)})"
         else:
             files = paths.mnist_paths(src, root)
             if not all(p.is_file() for p in files):
@@ -39,6 +44,6 @@ def load_mnist_split(n_train=8000, n_test=2000, root=None, *, source="auto", ver
             where = f"real MNIST {files[0]}"
         if n_train + n_test > len(X):
             raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {len(X)} images of {where}")
-        if verbose:
+        if verbose or (src == "synthetic" and source == "auto"):
             print(f"MNIST: {where}: first {n_train} for training, last {n_test} for testing")
         return X[:n_train], y[:n_train], X[len(X) - n_test:], y[len(y) - n_test:]
