@@ -96,6 +96,28 @@ def tamperer(nb, paths):  # weakens a test and deletes the hidden one
     return nb
 
 
+SWALLOW_ERRORS = """
+import ast
+class _Swallow(ast.NodeTransformer):
+    def visit_Module(self, node):
+        handler = ast.ExceptHandler(type=None, name=None, body=[ast.Pass()])
+        node.body = [ast.Try(body=node.body or [ast.Pass()], handlers=[handler], orelse=[], finalbody=[])]
+        return ast.fix_missing_locations(node)
+get_ipython().ast_transformers.append(_Swallow())
+def mean(xs):
+    return 0
+"""
+
+
+def cheater(nb, paths):  # a wrong mean, and every later cell wrapped in try/except: pass
+    return solved(nb, mean=SWALLOW_ERRORS)
+
+
+def leaker(nb, paths):  # a right mean that prints the source of the cell testing it
+    return solved(nb, mean="def mean(xs):\n    print(get_ipython().user_ns['In'][-1])\n"
+                           "    return sum(xs) / len(xs)")
+
+
 def duplicated_id(nb, paths):
     nb = solved(nb)
     test = cell(nb, "test_add")
@@ -119,6 +141,7 @@ ON_TIME = {
     "correct": (correct, 5), "partial": (partial, 3), "blank": (blank, 0),
     "infinite": (infinite_loop, 2), "memhog": (memory_hog, 2), "forkbomb": (fork_bomb, 5),
     "network": (network_call, 2), "snooper": (snooper, 5), "tamperer": (tamperer, 2),
+    "cheater": (cheater, 2), "leaker": (leaker, 5),
     "duplicate": (duplicated_id, 5), "wrongkernel": (wrong_kernel, 5), "notjson": (not_json, 0),
 }
 LATE = {"late": (correct, 5), "forger": (correct, 5)}

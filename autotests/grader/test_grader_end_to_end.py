@@ -158,9 +158,9 @@ def test_commands_summarise_what_they_did(graded):
     assert "created course 'dlsys'" in graded.out["init"].stdout
     assert "generated release/ps1: 1 notebook(s) (ps1), 7 points" in graded.out["generate"].stdout
     assert "ps1: the solution passes 3/3 tests; the released version passes 0" in graded.out["generate"].stdout
-    assert "collected 14 submission(s) of ps1; 14 new in the archive" in graded.out["collect"].stdout
+    assert "collected 16 submission(s) of ps1; 16 new in the archive" in graded.out["collect"].stdout
     assert "forged timestamp: forger" in graded.out["collect"].stdout
-    assert "autograded 14 submission(s) of ps1" in graded.out["autograde_j2"].stdout
+    assert "autograded 16 submission(s) of ps1" in graded.out["autograde_j2"].stdout
     assert "sandbox bwrap" in graded.out["autograde_j2"].stdout
 
 
@@ -204,7 +204,7 @@ def test_parallel_equals_serial_and_reruns_are_idempotent(graded):
 
 def test_killed_autograde_resumes(graded):
     assert graded.out["cached_when_killed"] >= 3
-    assert "autograded 14 submission(s)" in graded.out["autograde_j1"].stdout
+    assert "autograded 16 submission(s)" in graded.out["autograde_j1"].stdout
 
 
 def test_nothing_outside_the_sandbox_changed(graded):
@@ -216,7 +216,7 @@ def test_nothing_outside_the_sandbox_changed(graded):
 
 def test_every_submission_is_archived(graded):
     archived = list((graded.course / "archive" / "ps1").glob("*/*+ps1+*"))
-    assert len(archived) == 14
+    assert len(archived) == 16
     assert all((entry / "arrival.json").exists() for entry in archived)
 
 
@@ -233,7 +233,8 @@ def test_snooper_saw_nothing(graded):
 
 @pytest.mark.parametrize("name, reason", [
     ("infinite", "CellTimeoutError"), ("memhog", "MemoryError"), ("network", "Network is unreachable"),
-    ("tamperer", "test_mean_hidden were deleted"), ("duplicate", "&#x27;test_add&#x27; appears 2 times"),
+    ("tamperer", "test_mean_hidden were deleted"), ("cheater", "changed how its tests run"),
+    ("duplicate", "&#x27;test_add&#x27; appears 2 times"),
     ("wrongkernel", "julia-1.9"), ("notjson", "not a valid notebook"), ("forger", "FORGED TIMESTAMP"),
 ])
 def test_feedback_shows_the_reason(graded, name, reason):
@@ -241,7 +242,7 @@ def test_feedback_shows_the_reason(graded, name, reason):
 
 
 def test_feedback_hides_hidden_test_source(graded):
-    for name in ("correct", "partial", "tamperer"):
+    for name in ("correct", "partial", "tamperer", "cheater", "leaker"):
         page = feedback_html(graded, name)
         assert "SECRET_HIDDEN_CHECK" not in page and "mean([1, 2]) == 1.5" not in page
         assert "hidden tests: their source is not shown" in page
