@@ -81,3 +81,19 @@ def test_doctor_reports_the_sandbox(tmp_path):
     proc = grader(["doctor"], tmp_path / "c", home, check=False)
     assert "sandbox bwrap" in proc.stdout and "exchange" in proc.stdout and "kernel" in proc.stdout
     assert proc.returncode == (0 if "ready to grade" in proc.stdout else 1)
+
+
+def test_auto_falls_back_to_unshare_and_none_only_when_asked(monkeypatch):
+    from grader.sandbox import confinement
+
+    answers = {"bwrap": (False, "bwrap is not installed"), "unshare": (True, "unshare works")}
+    monkeypatch.setattr(confinement, "_cached_probe", lambda mode: answers[mode])
+    mode, warnings = confinement.choose("auto")
+    assert mode == "unshare" and "falling back to unshare" in warnings[0] and "bwrap is not installed" in warnings[0]
+
+    answers["unshare"] = (False, "unshare cannot create namespaces here")
+    with pytest.raises(RuntimeError, match="no sandbox available.*set c.Sandbox.mode = 'none'"):
+        confinement.choose("auto")  # never silently unconfined
+
+    mode, warnings = confinement.choose("none")
+    assert mode == "none" and "UNCONFINED" in warnings[0]
