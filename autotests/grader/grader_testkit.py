@@ -126,6 +126,16 @@ def tree_hashes(root, skip=()):
     return found
 
 
+def forget_grades(course_dir, assignment):
+    """Remove every submission of `assignment` from the gradebook, as if it was never graded."""
+    sys.path.insert(0, str(REPO))
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{Path(course_dir) / 'gradebook.db'}", "dlsys") as gb:
+        for sub in list(gb.assignment_submissions(assignment)):
+            gb.remove_submission(assignment, sub.student_id)
+
+
 def gradebook_scores(course_dir, assignment):
     """{student: {grade_id: score}} plus '_raw', '_penalty' and '_seconds_late' per student."""
     sys.path.insert(0, str(REPO))

@@ -13,8 +13,8 @@ import time
 import nbformat
 import pytest
 
-from grader_testkit import (FIXTURES, REPO, environment, gradebook_scores, grader, grader_inprocess,
-                            require_bwrap, run_once, tree_hashes)
+from grader_testkit import (FIXTURES, REPO, environment, forget_grades, gradebook_scores, grader,
+                            grader_inprocess, require_bwrap, run_once, tree_hashes)
 from simulated_class import LATE, ON_TIME, write_submission
 
 pytestmark = pytest.mark.slow
@@ -122,8 +122,11 @@ def simulate_class(tmp_path_factory):
     out["before"] = before
     out["scores_j2"] = gradebook_scores(klass.course, "ps1")
 
-    # -j 1 from scratch, killed part-way and started again: nothing lost, same grades
+    # -j 1 from scratch (no cached execution, no grade in the gradebook), killed part-way
+    # and started again: nothing lost, the same grades
     shutil.rmtree(klass.course / ".grader" / "executions")
+    forget_grades(klass.course, "ps1")
+    out["scores_forgotten"] = gradebook_scores(klass.course, "ps1")
     cmd = [sys.executable, "-m", "grader", "autograde", "ps1", "-j", "1"]
     proc = subprocess.Popen(cmd, cwd=klass.course, env=environment(klass.home),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -198,6 +201,7 @@ def test_late_and_forged_submissions_are_penalised(graded):
 
 
 def test_parallel_equals_serial_and_reruns_are_idempotent(graded):
+    assert graded.out["scores_forgotten"] == {}  # the -j 1 grades were computed anew
     assert graded.out["scores_j2"] == graded.out["scores_j1"] == graded.out["scores_again"]
     assert "0 new execution(s)" in graded.out["autograde_again"].stdout
 
