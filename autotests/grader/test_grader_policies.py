@@ -1,6 +1,7 @@
 """Late policy, forged timestamps, hidden tests in feedback, CLI error handling."""
 
 import datetime
+import os
 import sys
 
 import nbformat
@@ -97,3 +98,26 @@ def test_auto_falls_back_to_unshare_and_none_only_when_asked(monkeypatch):
 
     mode, warnings = confinement.choose("none")
     assert mode == "none" and "UNCONFINED" in warnings[0]
+
+
+def test_solutions_wait_for_the_late_window(tmp_path, monkeypatch):
+    """Past the due date but inside c.SolutionRelease.late_window_hours, release is refused."""
+    from grader import GraderError
+    from grader.cli import _tools_on_path
+    from grader.course import init_course, load_course
+    from grader.solutions import release_time, solutions
+
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))  # restored after the test
+    _tools_on_path()  # nbgrader's gradebook runs `alembic`
+    monkeypatch.setenv("HOME", str(tmp_path))
+    course = init_course(tmp_path / "c", "c1", exchange=tmp_path / "x")
+    config = course.root / "nbgrader_config.py"
+    config.write_text(config.read_text() + "\nc.SolutionRelease.late_window_hours = 48\n")
+    course = load_course(course.root)
+    due = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(hours=1)
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment("ps1", duedate=due)
+    opens = release_time(course, "ps1")
+    assert opens.replace(tzinfo=None) == due + datetime.timedelta(hours=48)
+    with pytest.raises(GraderError, match="can be released from .*use --force"):
+        solutions(course, "ps1")
