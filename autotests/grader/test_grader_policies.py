@@ -121,3 +121,21 @@ def test_solutions_wait_for_the_late_window(tmp_path, monkeypatch):
     assert opens.replace(tzinfo=None) == due + datetime.timedelta(hours=48)
     with pytest.raises(GraderError, match="can be released from .*use --force"):
         solutions(course, "ps1")
+
+
+def test_the_gradebook_url_is_honoured(tmp_path):
+    """`grader init --db-url` puts the gradebook where the URL says, and commands use it there."""
+    home = tmp_path / "home"
+    home.mkdir()
+    elsewhere = tmp_path / "db" / "grades.sqlite"
+    elsewhere.parent.mkdir()
+    grader(["init", tmp_path / "c", "--course-id", "c1", "--exchange", tmp_path / "x",
+            "--db-url", f"sqlite:///{elsewhere}"], tmp_path, home)
+    assert elsewhere.is_file() and not (tmp_path / "c" / "gradebook.db").exists()
+    (tmp_path / "roster.csv").write_text("id,first_name,last_name,email,lms_user_id\nada,Ada,L,a@x.org,77\n")
+    proc = grader(["roster", tmp_path / "roster.csv"], tmp_path / "c", home)
+    assert "1 student(s)" in proc.stdout
+
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{elsewhere}", "c1") as gb:
+        assert gb.find_student("ada").lms_user_id == "77"
