@@ -3,7 +3,8 @@ the results of hidden tests but not their source, and the grading notes on top.
 
 The hidden part of a test cell is replaced by a placeholder line and that cell's
 outputs by its outcome alone: the class of its first error, if any (tracebacks quote
-the failing source, and printed output or an error message can carry it too). `c.FeedbackPolicy.reveal_hidden_tests = True` shows everything.
+the failing source, and printed output or an error message can carry it too).
+`c.FeedbackPolicy.reveal_hidden_tests = True` shows everything.
 """
 
 import html

@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 import needle_kernels as ndl  # noqa: E402
 from needle_kernels.apps import mlp_resnet, simple_ml  # noqa: E402
+from needle_kernels.data.loaders import mnist_source  # noqa: E402
 
 
 def default_data_dir():
@@ -44,14 +45,6 @@ def default_data_dir():
         return Path(os.environ["NEEDLE_DATA_DIR"])
     shared = REPO.parent / "shared" / "data"
     return shared if shared.is_dir() else ndl.data.data_dir()
-
-
-def data_source(root):
-    """Which source ``load_mnist_split(source="auto")`` reads from ``root``: "t10k", "train" or "synthetic"."""
-    for split in ("t10k", "train"):
-        if all(p.is_file() for p in ndl.data.paths.mnist_paths(split, root)):
-            return split
-    return "synthetic"
 
 
 def accuracy(logits, y):
@@ -108,7 +101,7 @@ def main(argv=None):
     if args.json:
         keys = ("softmax_numpy", "softmax_cython", "mlp", "mlp_resnet")
         print(json.dumps({
-            "source": data_source(root),
+            "source": mnist_source(root),
             "n_train": args.n_train,
             "n_test": args.n_test,
             "max_theta_diff": theta_diff,

@@ -75,8 +75,10 @@ def read_view(name, shape, strides, offset):
 
 
 def check_view(a_size, shape, strides, offset, what="a"):
-    """Raise ValueError unless the strided view (shape, strides, offset) lies in a buffer of a_size."""
-    shape, strides, offset = read_view(what, shape, strides, offset)
+    """Raise ValueError unless the strided view (shape, strides, offset) lies in a buffer of a_size.
+
+    Takes the view as ``read_view`` returns it (tuples of ints); every caller reads it once.
+    """
     if len(shape) != len(strides):
         raise ValueError(f"{what}: shape {shape} and strides {strides} have different lengths")
     if any(s < 0 for s in shape):
@@ -131,6 +133,7 @@ def _view(a, shape, strides, offset, what="a"):
 
 def to_numpy(a, shape, strides, offset):
     """A new numpy float32 array with the elements of the strided view."""
+    shape, strides, offset = read_view("to_numpy", shape, strides, offset)
     return _view(a, shape, strides, offset).copy()
 
 

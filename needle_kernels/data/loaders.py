@@ -27,23 +27,26 @@ def load_mnist_split(n_train=8000, n_test=2000, root=None, *, source="auto", ver
     choices = ("auto", "t10k", "train", "synthetic")
     if source not in choices:
         raise ValueError(f"source must be one of {choices}, got {source!r}")
-    order = ("t10k", "train", "synthetic") if source == "auto" else (source,)
-    for src in order:
-        if src == "synthetic":
-            images, labels = synthetic_images(n_train + n_test, (28, 28), seed=0)
-            X = images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0)
-            y = labels
-            where = f"synthetic images ({FALLBACK_NOTICE} in {paths.mnist_dir(root)})"
-        else:
-            files = paths.mnist_paths(src, root)
-            if not all(p.is_file() for p in files):
-                if source != "auto":
-                    paths.mnist_files(src, root)  # raises with the expected path and the fetch command
-                continue
-            X, y = parse_mnist(*files)
-            where = f"real MNIST {files[0]}"
-        if n_train + n_test > len(X):
-            raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {len(X)} images of {where}")
-        if verbose or (src == "synthetic" and source == "auto"):
-            print(f"MNIST: {where}: first {n_train} for training, last {n_test} for testing")
-        return X[:n_train], y[:n_train], X[len(X) - n_test:], y[len(y) - n_test:]
+    src = mnist_source(root) if source == "auto" else source
+    if src == "synthetic":
+        images, labels = synthetic_images(n_train + n_test, (28, 28), seed=0)
+        X = images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0)
+        y = labels
+        where = f"synthetic images ({FALLBACK_NOTICE} in {paths.mnist_dir(root)})"
+    else:
+        files = paths.mnist_files(src, root)  # raises with the expected path and the fetch command
+        X, y = parse_mnist(*files)
+        where = f"real MNIST {files[0]}"
+    if n_train + n_test > len(X):
+        raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {len(X)} images of {where}")
+    if verbose or (src == "synthetic" and source == "auto"):
+        print(f"MNIST: {where}: first {n_train} for training, last {n_test} for testing")
+    return X[:n_train], y[:n_train], X[len(X) - n_test:], y[len(y) - n_test:]
+
+
+def mnist_source(root=None):
+    """The source ``load_mnist_split(source="auto")`` reads from ``root``: "t10k", "train" or "synthetic"."""
+    for split in ("t10k", "train"):
+        if all(p.is_file() for p in paths.mnist_paths(split, root)):
+            return split
+    return "synthetic"
