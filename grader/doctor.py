@@ -34,11 +34,24 @@ def checks(course=None):
     found.append((active[0], "sandbox", active[1] + f" (memory {box.memory_mb} MiB, {box.max_processes} "
                                                     f"processes, files {box.max_file_mb} MiB, "
                                                     f"budget {box.notebook_budget} s per notebook)"))
+    found.append(_process_limit())
     found.append(_kernel(box.kernel_name))
     if course is not None:
         found.append(_exchange(course))
         found.append(_gradebook(course))
     return found
+
+
+def _process_limit():
+    from grader.sandbox import process_count
+
+    if os.geteuid() == 0:
+        return (None, "process limit", "per sandbox: each concurrent sandbox runs under a uid of its own")
+    if process_count.counted_per_namespace():
+        return (None, "process limit", "per sandbox: this kernel counts processes per user namespace")
+    return (None, "process limit", "shared: this kernel counts all of this user's processes against "
+                                   "each sandbox's limit, so it is raised by their number (grade as root "
+                                   "for a limit per sandbox)")
 
 
 def _kernel(name):
@@ -72,7 +85,7 @@ def _exchange(course):
 def _gradebook(course):
     try:
         with course.gradebook() as gb:
-            return (True, "gradebook", f"{course.db_url}: {len(gb.assignments)} assignments, "
+            return (True, "gradebook", f"{course.db_url_shown}: {len(gb.assignments)} assignments, "
                                        f"{len(gb.students)} students")
     except Exception as err:  # noqa: BLE001 - any database error is the answer here
-        return (False, "gradebook", f"{course.db_url}: {err}")
+        return (False, "gradebook", f"{course.db_url_shown}: {err}")

@@ -1,6 +1,7 @@
 """The sandboxed execution on its own: limits stop a notebook, earlier cells keep their
 results, and later cells score 0 with the reason in their output."""
 
+import os
 import sys
 
 import nbformat
@@ -126,3 +127,50 @@ def test_an_honest_notebook_passes_the_integrity_checks(tmp_path):
                          "assert mean([2, 4]) == 3", "np.testing.assert_allclose(mean([1, 2]), 1.5)"), 1, 2)
     result = run_notebook(nb, tmp_path, settings(cell_timeout=30))
     assert result.reasons == [] and [errors(c) for c in result.nb.cells] == [[], [], []]
+
+
+@pytest.mark.parametrize("startup, reason", [
+    ("import sys, io; sys.stdout = io.StringIO()", "did not answer the integrity check"),
+    ("import ast; get_ipython().ast_transformers.append(ast.NodeTransformer())", "was altered"),
+], ids=["silent-kernel", "altered-kernel"])
+def test_a_broken_grading_kernel_grades_nothing(tmp_path, startup, reason):
+    # lines the kernel runs at start-up, before the baseline probe: a broken environment,
+    # not a submission, so the checks cannot be trusted and nothing is graded
+    require_bwrap()
+    nb = graded(notebook("def mean(xs): return sum(xs) / len(xs)", "assert mean([2, 4]) == 3"), 1)
+    broken = settings(cell_timeout=30).extra_arguments + [f"--IPKernelApp.exec_lines={[startup]!r}"]
+    result = run_notebook(nb, tmp_path, settings(cell_timeout=30, extra_arguments=broken))
+    assert [errors(c) for c in result.nb.cells] == [[STOP_NAME], [STOP_NAME]]
+    assert reason in result.reasons[0] and "nothing was graded" in result.reasons[0]
+
+
+def test_the_process_limit_scope_is_measured_right(tmp_path):
+    """process_count's answer agrees with what an ordinary user's namespace can fork.
+
+    Ten processes of the user run outside; inside a fresh user namespace under a limit of
+    8, a per-namespace count lets about 7 forks through, a per-uid count none.
+    """
+    import shutil
+    import subprocess
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("unshare") or not python:
+        pytest.skip("needs root (to act as another user), setpriv, unshare and a system python3")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    code = REPO / "grader" / "sandbox" / "process_count.py"
+    fork_until_refused = (
+        "import os, resource, time\nresource.setrlimit(resource.RLIMIT_NPROC, (8, 8))\nn = 0\n"
+        "try:\n    while n < 50:\n        if os.fork() == 0:\n            time.sleep(3); os._exit(0)\n"
+        "        n += 1\nexcept OSError:\n    pass\nprint(n)")
+    sleepers = [subprocess.Popen([*as_nobody, "sleep", "30"]) for _ in range(10)]
+    try:
+        forks = int(subprocess.run([*as_nobody, "unshare", "--user", python, "-I", "-c", fork_until_refused],
+                                   capture_output=True, text=True, timeout=60, check=True).stdout)
+        answer = subprocess.run([*as_nobody, python, "-I", str(code)], capture_output=True, text=True,
+                                timeout=60, check=True).stdout.strip()
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
+    assert answer == ("per-namespace" if forks >= 5 else "per-uid"), (forks, answer)
+    assert forks in (0, 7), forks  # 8 minus the forking process itself, or nothing at all

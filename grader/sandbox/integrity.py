@@ -90,6 +90,22 @@ def read_report(outputs, nonce: str):
     return report if isinstance(report, dict) and report.get("nonce") == nonce else None
 
 
+def baseline_problem(baseline):
+    """Why the first probe, taken before any submitted code, cannot serve as a baseline.
+
+    None when it can. The kernel is fresh at that point, so a missing answer or a report
+    of an installed transformer means the grading environment itself is broken (a startup
+    file, a site customisation); grading on would skip or misjudge every later check.
+    """
+    if baseline is None:
+        return ("the grading kernel did not answer the integrity check before the notebook ran; "
+                "nothing was graded (check the kernel's start-up files and environment)")
+    if baseline.get("problems"):
+        return ("the grading kernel was altered before the notebook ran ("
+                + "; ".join(baseline["problems"][:3]) + "); nothing was graded")
+    return None
+
+
 def tampering(baseline: dict, report) -> list:
     """What changed since the baseline report, as sentences (empty when nothing did)."""
     if report is None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 
+from grader.sandbox import process_count
 from grader.sandbox.confinement import Confinement, choose, interpreter_paths, package_dirs
 
 STOP_NAME = "SandboxStopped"
@@ -146,8 +147,9 @@ def run_notebook(nb, workdir, settings: RunSettings, log=None) -> RunResult:
         nbformat.write(nb, str(job / "in.ipynb"))
         limits = dict(settings.limits)
         uid = settings.uid_base + slot if (os.geteuid() == 0 and mode != "none") else None
-        if uid is None and mode != "none":
-            limits["max_processes"] += _processes_of(os.getuid())  # RLIMIT_NPROC counts them all
+        if uid is None and mode != "none" and not process_count.counted_per_namespace():
+            # an older kernel counts all of this uid's processes against each sandbox's limit
+            limits["max_processes"] += process_count.processes_of(os.getuid())
         spec = {"kernel_name": settings.kernel_name, "cell_timeout": settings.cell_timeout,
                 "budget": settings.budget, "startup_timeout": settings.startup_timeout,
                 "extra_arguments": settings.extra_arguments, "limits": limits}
@@ -187,17 +189,6 @@ def run_notebook(nb, workdir, settings: RunSettings, log=None) -> RunResult:
     merged, reasons = merge_outputs(nb, executed, status)
     return RunResult(nb=merged, reasons=reasons, seconds=time.monotonic() - start, mode=mode)
 
-
-def _processes_of(uid) -> int:
-    count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    count += len(os.listdir(f"/proc/{entry}/task"))
-            except OSError:
-                pass
-    return count
 
 
 def _read_results(job: Path):

@@ -110,8 +110,11 @@ def main() -> int:
             nb.metadata["language_info"] = info["content"]["language_info"]
             # the budget counts from a running kernel; starting one has its own timeout
             deadline = time.monotonic() + spec["budget"]
-            baseline = probe(0) if any(is_test_cell(c) for c in nb.cells) else None
-            for index, cell in enumerate(nb.cells):
+            graded = any(is_test_cell(c) for c in nb.cells)
+            baseline = probe(0) if graded else None
+            # fail closed: without a clean baseline no later check could be trusted
+            status["reason"] = integrity.baseline_problem(baseline) if graded else None
+            for index, cell in enumerate(nb.cells if status["reason"] is None else []):
                 remaining = deadline - time.monotonic()
                 if remaining <= 1:
                     status["reason"] = f"the notebook's time budget of {spec['budget']} s ran out"
