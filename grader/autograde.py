@@ -152,8 +152,8 @@ def _autograde(course, assignment, jobs, log) -> AutogradeReport:
 
     unreadable = []
     for student in students:
-        broken, other = inspect(course, assignment, student)
-        notes.record(course.root, assignment, student, "checks", broken + other)
+        broken, missing = inspect(course, assignment, student)
+        notes.record(course.root, assignment, student, "checks", broken + missing)
         if broken:
             unreadable.append(student)
 

@@ -44,7 +44,7 @@ def cmd_init(args):
                          kernel_name=args.kernel, db_url=args.db_url, packages=args.package)
     print(f"created course {course.course_id!r} in {course.root}")
     print(f"  config    {course.root / 'nbgrader_config.py'}")
-    print(f"  gradebook {course.db_url}")
+    print(f"  gradebook {course.db_url_shown}")
     print(f"  exchange  {course.exchange_root}")
     print(f"  kernel    {args.kernel} (pinned); put assignments in {course.root / 'source'}/NAME/")
 

@@ -18,9 +18,10 @@ DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"
 # step. Kept in the config file so `nbgrader autograde` and the formgrader use it too.
 FEEDBACK_PREPROCESSORS = [
     "nbgrader.preprocessors.GetGrades", "grader.feedback.HideHiddenTests",
-    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+    "grader.feedback.ShowGradingNotes", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
 
 SANITIZE_PREPROCESSORS = [
+    "grader.submission_checks.NoteSubmissionChecks",
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "grader.nbgrader_fixes.DropEmptyNbgraderMetadata",
@@ -92,6 +93,11 @@ class Course:
         return self.config.CourseDirectory.db_url
 
     @property
+    def db_url_shown(self) -> str:
+        """The gradebook URL with its password, if any, masked: for messages and reports."""
+        return shown_url(self.db_url)
+
+    @property
     def exchange_root(self) -> str:
         return self.config.Exchange.get("root", DEFAULT_EXCHANGE)
 
@@ -161,6 +167,16 @@ def ensure_exchange(path) -> None:
         path.chmod(0o777)
 
 
+def shown_url(url: str) -> str:
+    """`url` with its password replaced by ***, as SQLAlchemy prints URLs."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can parse: nothing to hide in it
+        return url
+
+
 def init_course(directory, course_id: str, exchange=None, kernel_name="python3", db_url=None,
                 packages=()) -> Course:
     """Create a course directory with an nbgrader config, an empty gradebook and an exchange."""
@@ -182,6 +198,12 @@ def init_course(directory, course_id: str, exchange=None, kernel_name="python3",
         packages=list(packages),
         preprocessors=AUTOGRADE_PREPROCESSORS, sanitize=SANITIZE_PREPROCESSORS, feedback_preprocessors=FEEDBACK_PREPROCESSORS))
     course = load_course(root)
-    with course.gradebook():
-        pass  # creates the gradebook schema
+    try:
+        with course.gradebook():
+            pass  # creates the gradebook schema
+    except Exception as err:  # noqa: BLE001 - a missing driver, a database server out of reach
+        # without a config left behind, `grader init` can be run again once that is fixed
+        (root / CONFIG_FILE).unlink()
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise GraderError(f"cannot open the gradebook {shown_url(db_url)}: {reason}") from None
     return course

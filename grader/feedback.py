@@ -1,5 +1,7 @@
 """`grader feedback ASSIGNMENT`: nbgrader's generate_feedback and release_feedback, with
-the results of hidden tests but not their source, and the grading notes on top.
+the results of hidden tests but not their source, and the grading notes on top
+(both are feedback preprocessors of the course config, so the formgrader's buttons
+give the same pages).
 
 The hidden part of a test cell is replaced by a placeholder line and that cell's
 outputs by its outcome alone: the class of its first error, if any (tracebacks quote
@@ -8,6 +10,7 @@ the failing source, and printed output or an error message can carry it too).
 """
 
 import html
+import os
 import shutil
 from dataclasses import dataclass, field
 
@@ -66,18 +69,28 @@ def _strip_region(source, begin, end):
     return "\n".join(kept)
 
 
+class ShowGradingNotes(GraderPreprocessor):
+    """Put the submission's grading notes at the top of its feedback.
+
+    A feedback preprocessor, so `grader feedback`, `nbgrader generate_feedback` and the
+    formgrader's button all show them.
+    """
+
+    def preprocess(self, nb, resources):
+        info = resources.get("nbgrader", {})
+        if not (info.get("student") and info.get("assignment")):
+            return nb, resources
+        # nbgrader's converters run with the course root as the working directory
+        lines = notes.lines(os.getcwd(), info["assignment"], info["student"])
+        if lines:
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(notes_html(lines)))
+        return nb, resources
+
+
 def notes_html(lines) -> str:
     items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
     return ('<div class="grader-notes" style="border:2px solid #c60;padding:0.5em 1em;margin:1em">'
             f"<strong>Grading notes</strong><ul>{items}</ul></div>")
-
-
-def _add_notes(path, lines):
-    text = path.read_text()
-    if 'class="grader-notes"' in text or not lines:
-        return
-    at = text.find(">", text.find("<body")) + 1 if "<body" in text else 0
-    path.write_text(text[:at] + notes_html(lines) + text[at:])
 
 
 def _placeholder_feedback(course, assignment, student, lines):
@@ -92,10 +105,10 @@ def _placeholder_feedback(course, assignment, student, lines):
         names = [nb.name for nb in gb.find_assignment(assignment).notebooks]
     for name in names:
         page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(name)}</title>"
-                f"</head><body><h1>{html.escape(assignment)} / {html.escape(name)}</h1>"
+                f"</head><body>{notes_html(lines) if lines else ''}"
+                f"<h1>{html.escape(assignment)} / {html.escape(name)}</h1>"
                 f"<p>Score: 0</p></body></html>")
         (folder / f"{name}.html").write_text(page)
-        _add_notes(folder / f"{name}.html", lines)
 
 
 @dataclass
@@ -119,8 +132,6 @@ def feedback(course, assignment, release=True, log=None) -> FeedbackReport:
         folder = course.path("feedback", student, assignment)
         if not course.path("autograded", student, assignment).exists():
             _placeholder_feedback(course, assignment, student, lines)
-        for page in folder.glob("*.html"):
-            _add_notes(page, lines)
         if folder.exists():
             report.generated.append(student)
     if release:

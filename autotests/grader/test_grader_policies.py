@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from traitlets.config import Config
 
-from grader_testkit import REPO, grader
+from grader_testkit import FIXTURES, REPO, grader
 
 sys.path.insert(0, str(REPO))
 from grader.feedback import HideHiddenTests  # noqa: E402
@@ -123,6 +123,31 @@ def test_solutions_wait_for_the_late_window(tmp_path, monkeypatch):
         solutions(course, "ps1")
 
 
+def test_solutions_force_releases_before_the_due_date(tmp_path):
+    """`grader solutions --force` is the instructor's override; students then fetch them."""
+    home, course, exchange, student = (tmp_path / n for n in ("home", "c", "x", "ada"))
+    home.mkdir()
+    student.mkdir()
+    grader(["init", course, "--course-id", "c1", "--exchange", exchange], tmp_path, home)
+    (course / "source" / "ps1").mkdir(parents=True)
+    (course / "source" / "ps1" / "ps1.ipynb").write_text((FIXTURES / "ps1" / "ps1.ipynb").read_text())
+    due = (datetime.datetime.now(UTC) + datetime.timedelta(days=7)).isoformat()
+    grader(["generate", "ps1", "--due", due], course, home)
+    as_student = ["--course-id", "c1", "--exchange", exchange, "--student", "ada"]
+
+    refused = grader(["solutions", "ps1"], course, home, check=False)
+    assert refused.returncode != 0 and "use --force" in refused.stderr
+    early = grader(["fetch-solutions", "ps1", *as_student], student, home, check=False)
+    assert early.returncode != 0 and "not released" in early.stderr
+
+    forced = grader(["solutions", "ps1", "--force"], course, home)
+    assert "released as ps1-solution" in forced.stdout
+    grader(["fetch-solutions", "ps1", *as_student], student, home)
+    fetched = (student / "ps1-solution" / "ps1.ipynb").read_text()
+    assert "SECRET_HIDDEN_CHECK" not in fetched and "BEGIN HIDDEN TESTS" not in fetched
+    assert "return sum(xs) / len(xs)" in fetched  # the solution code itself
+
+
 def test_the_gradebook_url_is_honoured(tmp_path):
     """`grader init --db-url` puts the gradebook where the URL says, and commands use it there."""
     home = tmp_path / "home"
@@ -139,3 +164,12 @@ def test_the_gradebook_url_is_honoured(tmp_path):
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{elsewhere}", "c1") as gb:
         assert gb.find_student("ada").lms_user_id == "77"
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://grader:s3cret@db.example.org:5432/dlsys", "postgresql://grader:***@db.example.org:5432/dlsys"),
+    ("sqlite:////srv/course/gradebook.db", "sqlite:////srv/course/gradebook.db"),
+])
+def test_gradebook_passwords_are_not_printed(url, shown):
+    from grader.course import shown_url
+    assert shown_url(url) == shown
