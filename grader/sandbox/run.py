@@ -190,7 +190,6 @@ def run_notebook(nb, workdir, settings: RunSettings, log=None) -> RunResult:
     return RunResult(nb=merged, reasons=reasons, seconds=time.monotonic() - start, mode=mode)
 
 
-
 def _read_results(job: Path):
     try:
         status = json.loads((job / "status.json").read_text())
