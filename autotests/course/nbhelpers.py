@@ -53,15 +53,18 @@ def kernel_env(extra=None):
     return env
 
 
-def execute_notebook(path, timeout=600, cwd=None):
-    """Execute ``path`` top to bottom in a fresh python3 kernel; returns (notebook, seconds)."""
+def execute_notebook(path, timeout=600, cwd=None, env=None):
+    """Execute ``path`` top to bottom in a fresh python3 kernel; returns (notebook, seconds).
+
+    ``env`` is the kernel's environment, ``kernel_env()`` when not given.
+    """
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(cwd or Path(path).parent)}})
     t0 = time.perf_counter()
-    client.execute(env=kernel_env())
+    client.execute(env=kernel_env() if env is None else env)
     return nb, time.perf_counter() - t0
 
 
