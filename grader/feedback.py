@@ -93,8 +93,9 @@ def notes_html(lines) -> str:
             f"<strong>Grading notes</strong><ul>{items}</ul></div>")
 
 
-def _placeholder_feedback(course, assignment, student, lines):
+def _placeholder_feedback(course, assignment, student):
     """Feedback for a submission nbgrader could not read: the notes alone."""
+    lines = notes.lines(course.root, assignment, student)
     folder = course.path("feedback", student, assignment)
     folder.mkdir(parents=True, exist_ok=True)
     submitted = course.path("submitted", student, assignment)
@@ -128,11 +129,9 @@ def feedback(course, assignment, release=True, log=None) -> FeedbackReport:
     if not result.get("success"):
         raise GraderError(f"nbgrader generate_feedback failed:\n{result.get('log', '')}{result.get('error', '')}")
     for student in students:
-        lines = notes.lines(course.root, assignment, student)
-        folder = course.path("feedback", student, assignment)
         if not course.path("autograded", student, assignment).exists():
-            _placeholder_feedback(course, assignment, student, lines)
-        if folder.exists():
+            _placeholder_feedback(course, assignment, student)
+        if course.path("feedback", student, assignment).exists():
             report.generated.append(student)
     if release:
         result = api.release_feedback(assignment)

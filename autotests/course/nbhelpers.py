@@ -23,6 +23,8 @@ SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "build", "course_build", "
              "release", "submitted", "autograded", "feedback", ".pytest_cache", ".hypothesis"}
 
 TASK_ID = re.compile(r"\b(hw[0-9a-z]*_t\d+)\b")
+# a generous margin over the one-minute target for a lecture on 2 cores
+LECTURE_SECONDS = float(os.environ.get("NEEDLE_LECTURE_SECONDS", "150"))
 
 
 def all_notebooks():
@@ -117,3 +119,40 @@ def grade_cells(nb):
 
 def solution_cells(nb):
     return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+
+
+def output_text(nb):
+    """All text a notebook's code cells printed (streams, results, errors)."""
+    parts = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                parts.append(o.get("text", ""))
+            elif o.get("output_type") in ("execute_result", "display_data"):
+                parts.append(str(o.get("data", {}).get("text/plain", "")))
+            elif o.get("output_type") == "error":
+                parts.append(o.get("evalue", ""))
+    return "".join(parts)
+
+
+def real_mnist_available():
+    """True when ``$NEEDLE_DATA_DIR`` is set and holds the real MNIST test images."""
+    from needle_kernels.data import paths
+
+    root = os.environ.get(paths.ENV_VAR)
+    return bool(root) and (Path(root).expanduser() / "mnist" / "t10k-images-idx3-ubyte.gz").is_file()
+
+
+def assert_ran_as_a_lecture(name, nb, seconds):
+    """An executed lecture kept to the time limit, and used real MNIST whenever it is present."""
+    from needle_kernels.data import paths
+    from needle_kernels.data.loaders import FALLBACK_NOTICE
+
+    assert seconds <= LECTURE_SECONDS, (
+        f"{name} took {seconds:.0f}s to execute, over the {LECTURE_SECONDS:.0f}s limit "
+        f"(target: about a minute; override with NEEDLE_LECTURE_SECONDS)")
+    if real_mnist_available():
+        fell_back = [line for line in output_text(nb).splitlines() if FALLBACK_NOTICE in line]
+        assert not fell_back, f"{name} used generated data although {paths.ENV_VAR} holds real MNIST: {fell_back}"

@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nbhelpers import LECTURES, REPO, execute_notebook, kernel_env
-from needle_kernels.data import paths
-from needle_kernels.data.loaders import FALLBACK_NOTICE
-from test_lectures import LECTURE_SECONDS, output_text, real_mnist_available
+from nbhelpers import LECTURES, REPO, assert_ran_as_a_lecture, execute_notebook, kernel_env, output_text
 
 LAB = LECTURES / "lab_custom_operator.ipynb"
 CUPY_HOST = Path(__file__).resolve().parent / "cupy_host"
@@ -50,9 +47,4 @@ def test_lab_cuda_cells_run_on_the_host_stand_in(tmp_path, record_property):
     assert abs(finals["cuda (via host)"] - finals["numpy"]) <= 0.01, finals
     assert re.search(r"CUDA \(naive kernels\):\s+[0-9.]+ ms", text), "no CUDA timing row"
 
-    assert seconds <= LECTURE_SECONDS, (
-        f"the lab took {seconds:.0f}s with the host stand-in, over the {LECTURE_SECONDS:.0f}s limit "
-        f"(override with NEEDLE_LECTURE_SECONDS)")
-    if real_mnist_available():
-        fell_back = [line for line in text.splitlines() if FALLBACK_NOTICE in line]
-        assert not fell_back, f"the lab used generated data although {paths.ENV_VAR} holds real MNIST: {fell_back}"
+    assert_ran_as_a_lecture(f"{LAB.stem} with the host stand-in", nb, seconds)
