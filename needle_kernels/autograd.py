@@ -268,15 +268,11 @@ class Tensor(Value):
     def backward(self, out_grad=None):
         """Compute ``.grad`` of every leaf that requires grad.
 
-        ``out_grad`` is the adjoint of this Tensor; it may be left out only for
-        a Tensor with one element (a loss), where it is 1.
+        ``out_grad`` is the adjoint of this Tensor. Left out, it is an all-ones
+        array of this Tensor's shape (for any shape, not only scalars), as in
+        needle: ``y.backward()`` then gives the gradient of ``y.sum()``.
         """
         if out_grad is None:
-            if self.size != 1:
-                raise RuntimeError(
-                    f"backward() without out_grad needs a scalar (one-element) Tensor, "
-                    f"got shape {self.shape}; pass out_grad of that shape"
-                )
             out_grad = Tensor.make_const(array_api.full(self.shape, 1.0, device=self.device))
         elif not isinstance(out_grad, Tensor):
             out_grad = Tensor(out_grad, device=self.device, requires_grad=False)

@@ -77,15 +77,28 @@ def test_no_graph_without_requires_grad(device):
     assert x.grad is None and w.grad is not None
 
 
-def test_backward_of_non_scalar_needs_out_grad(device):
+def test_backward_of_non_scalar_uses_an_all_ones_adjoint(device):
+    # needle's convention: y.backward() is y.backward(ones_like(y)), the gradient of y.sum()
     x = T([[1.0, 2.0], [3.0, 4.0]], device)
-    y = x * 2.0
-    with pytest.raises(RuntimeError, match=r"scalar.*\(2, 2\)"):
-        y.backward()
-    y.backward(T(np.ones((2, 2)), device, requires_grad=False))
-    np.testing.assert_allclose(x.grad.numpy(), 2 * np.ones((2, 2)))
+    y = x * x
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy())
+    x.grad = None
+    y.backward(T(np.full((2, 2), 3.0), device, requires_grad=False))
+    np.testing.assert_allclose(x.grad.numpy(), 6 * x.numpy())
     with pytest.raises(ValueError, match=r"\(3,\)"):
         y.backward(T(np.ones(3), device, requires_grad=False))
+
+
+def test_backward_without_out_grad_matches_backward_of_the_sum(device):
+    x = T(np.random.randn(3, 4, 5), device)
+    w = T(np.random.randn(5, 2), device)
+    ndl.tanh(x @ w).backward()
+    gx, gw = x.grad.numpy(), w.grad.numpy()
+    x.grad = w.grad = None
+    ndl.tanh(x @ w).sum().backward()
+    np.testing.assert_allclose(gx, x.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gw, w.grad.numpy(), rtol=1e-6)
 
 
 def test_backward_of_one_element_tensor(device):
