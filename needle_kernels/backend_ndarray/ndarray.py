@@ -80,6 +80,9 @@ class NDArray:
 
     __array_priority__ = 1000  # so numpy defers `np_array + ndarray` to our __radd__
 
+    # needle calls it as a static method of the class (NDArray.compact_strides(shape))
+    compact_strides = staticmethod(compact_strides)
+
     def __init__(self, other, device=None, dtype=None):
         _check_dtype(dtype)
         if isinstance(other, NDArray):  # always an independent copy, like numpy.array
@@ -169,6 +172,20 @@ class NDArray:
     @property
     def size(self):
         return prod(self._shape)
+
+    @property
+    def flat(self):
+        """A 1-D view of every element, in row-major order, sharing the buffer.
+
+        Writes go through to this array, which is how needle's numerical
+        gradient checks perturb an input in place: ``a.flat[j] += eps``. Only a
+        contiguous array has such a view; any other would need a copy, and the
+        writes would be lost, so it is an error.
+        """
+        if not self.is_contiguous():
+            raise ValueError(f"flat: the array (shape {self._shape}, strides {self._strides}) is not "
+                             "contiguous, so a 1-D view of it does not exist; call compact() first")
+        return self.reshape((self.size,))
 
     def __len__(self):
         if not self._shape:
@@ -333,6 +350,16 @@ class NDArray:
         return out
 
     # ------------------------------------------------------------ indexing
+    def process_slice(self, sl, dim):
+        """``sl`` applied to axis ``dim`` as ``slice(start, stop, step)`` of explicit ints.
+
+        Negative and missing bounds are resolved and clamped as numpy does
+        (``slice.indices``), so ``range(start, stop, step)`` lists the indices
+        selected; with a negative step that reaches index 0, ``stop`` is -1.
+        ``__getitem__`` goes through this method, so a subclass may override it.
+        """
+        return slice(*sl.indices(self._shape[dim]))
+
     def _view(self, idxs):
         if not isinstance(idxs, tuple):
             idxs = (idxs,)
@@ -357,7 +384,8 @@ class NDArray:
                 continue
             n, s = self._shape[dim], self._strides[dim]
             if isinstance(i, slice):
-                start, stop, step = i.indices(n)
+                sl = self.process_slice(i, dim)
+                start, stop, step = sl.start, sl.stop, sl.step
                 length = len(range(start, stop, step))
                 if length:
                     offset += start * s
@@ -399,12 +427,21 @@ class NDArray:
             return other
         return NDArray(np.asarray(other, dtype=np.float32), device=self.device)
 
+    def ewise_or_scalar(self, other, ewise_func, scalar_func):
+        """``ewise_func(a, b, out)`` when ``other`` is an array (both broadcast to a common
+        shape), else ``scalar_func(a, float(other), out)``, on compact handles; returns ``out``.
+
+        The kernels are functions of the device's table (``self.device.ewise_add``,
+        as needle passes them) or their names (``"ewise_add"``).
+        """
+        return self._ewise_or_scalar(other, ewise_func, scalar_func)
+
     def _ewise_or_scalar(self, other, ewise, scalar):
         dev = self._device
         # exact float/int first: the numbers.Real ABC check costs more than many kernels
         if type(other) in _PLAIN_SCALARS or (type(other) is not NDArray and isinstance(other, numbers.Real)):
             out = NDArray._new(self._shape, dev)
-            getattr(dev, scalar)(self.compact()._handle, float(other), out._handle)
+            (getattr(dev, scalar) if type(scalar) is str else scalar)(self.compact()._handle, float(other), out._handle)
             return out
         if type(other) is not NDArray or other._device is not dev:
             other = self._coerce(other)
@@ -415,7 +452,7 @@ class NDArray:
             a = self if self._shape == out_shape else self.broadcast_to(out_shape)
             b = other if other._shape == out_shape else other.broadcast_to(out_shape)
         out = NDArray._new(out_shape, dev)
-        getattr(dev, ewise)(a.compact()._handle, b.compact()._handle, out._handle)
+        (getattr(dev, ewise) if type(ewise) is str else ewise)(a.compact()._handle, b.compact()._handle, out._handle)
         return out
 
     def _unary(self, kernel):
@@ -540,6 +577,28 @@ class NDArray:
         return self._coerce(other) @ self
 
     # ------------------------------------------------------------ reductions
+    def reduce_view_out(self, axis, keepdims=False):
+        """``(view, out)`` set up for a reduction kernel, as needle's NDArray gives them.
+
+        ``view`` holds the elements reduced into each output element
+        contiguously along its last axis (``view.shape[-1]`` is the reduce
+        size: the reduced axes are permuted last, and merged by a copy when
+        there are several); ``out`` is a new array of the result's shape (0-d
+        for ``axis=None`` without keepdims, as ``sum`` returns). So
+        ``dev.reduce_sum(view.compact()._handle, out._handle, view.shape[-1])``
+        is the sum.
+        """
+        if isinstance(axis, (tuple, list)) and not axis:
+            raise ValueError("reduce_view_out: empty axis tuple")
+        axes = _normalize_axes(axis, self.ndim, "reduce_view_out")
+        kept = tuple(i for i in range(self.ndim) if i not in axes)
+        view = self.permute(kept + axes)
+        if len(axes) != 1:
+            view = view.compact().reshape(tuple(self._shape[i] for i in kept) + (prod(self._shape[i] for i in axes),))
+        out_shape = tuple(1 if i in axes else n for i, n in enumerate(self._shape)) if keepdims else \
+            tuple(self._shape[i] for i in kept)
+        return view, NDArray.make(out_shape, device=self._device)
+
     def _reduce(self, axis, keepdims, kernel):
         axes = _normalize_axes(axis, self.ndim, kernel)
         out_shape_keep = tuple(1 if i in axes else n for i, n in enumerate(self._shape))
@@ -686,6 +745,11 @@ def sum(a, axis=None, keepdims=False):
     return a.sum(axis=axis, keepdims=keepdims)
 
 
+def summation(a, axis=None, keepdims=False):
+    """needle's name for ``sum``."""
+    return a.sum(axis=axis, keepdims=keepdims)
+
+
 def max(a, axis=None, keepdims=False):
     return a.max(axis=axis, keepdims=keepdims)
 
@@ -743,6 +807,13 @@ def stack(arrays, axis=0):
     for i, arr in enumerate(arrays):
         out[(slice(None),) * axis + (i,)] = arr
     return out
+
+
+def split(a, axis=0):
+    """The slices of ``a`` along ``axis`` (that axis removed), as a tuple of views."""
+    axis = _normalize_axes(axis, a.ndim, "split")[0]
+    lead = (slice(None),) * axis
+    return tuple(a[lead + (i,)] for i in range(a.shape[axis]))
 
 
 def concatenate(arrays, axis=0):
