@@ -1,0 +1,428 @@
+"""Withheld parts: while an assignment runs, the package's version of what a task asks
+for cannot stand in for the student's.
+
+An assignment declares, per task, the notebook names the student writes and the package
+objects they replace::
+
+    coursekit.start("hw1", {
+        "hw1_t2": {"Summation": "ops.Summation", "BroadcastTo": "ops.BroadcastTo"},
+        "hw1_t4": {"find_topo_sort": "autograd.find_topo_sort"},
+    })
+
+From then on, in this Python process, every such package object is a switch, changed in
+place so that every way of reaching it (``from needle_kernels.ops import Summation``, a
+module that re-exports it, ``copy.copy``, an instance made earlier, a subclass) reaches
+the switch:
+
+* **student mode** (everywhere, by default): the package's ``Summation`` is the student's.
+  ``Summation((1,))`` built anywhere, by the library too (``a.sum()``, ``ndl.summation``),
+  is an instance of the class the notebook defines under that name; ``find_topo_sort(...)``,
+  called by ``Tensor.backward``, runs the notebook's function. When the notebook has no
+  such name, or binds it to the package's object, a subclass of it, code loaded from the
+  package's files or an exact copy of the package's code (``inspect.getsource`` + ``exec``),
+  the call fails with ``WithheldError("hw1_t2: Summation is yours to write ...")``.
+* **reference mode**, only inside ``grading(task, names)`` (the test cells): every withheld
+  name *not under test* runs the package's own code, so a test of one part never depends
+  on another part the student may not have finished; the names under test stay the
+  student's. Grading scopes do not nest, so code under test cannot open one for itself.
+
+Re-executing a module that defines a withheld object (``importlib.reload``, deleting it
+from ``sys.modules`` and importing it again) is refused by an audit hook, because it would
+bring back unswitched copies. The checks are for what a solution cell can simply do; they
+are not a proof against code that rewrites this module's state, which stays in plain view
+in the submission and which the grader's notes point out to the instructor.
+"""
+import hashlib
+import importlib
+import inspect
+import textwrap
+import os
+import sys
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+PACKAGE = "needle_kernels"
+
+
+class WithheldError(RuntimeError):
+    """A withheld part was reached without the student's own version of it."""
+
+
+@dataclass
+class Part:
+    """One withheld name: the task that asks for it and the package objects it replaces."""
+    task: str
+    name: str                       # the name the notebook defines
+    paths: tuple                    # dotted paths under the package, e.g. ("ops.Summation",)
+    objects: list = field(default_factory=list)    # the package objects, switched in place
+    kind: str = ""                  # "class" or "function"
+    fingerprints: set = field(default_factory=set)  # of the package's code, to recognise copies
+
+
+class _State:
+    def __init__(self):
+        self.assignment = None
+        self.parts = {}             # notebook name -> Part
+        self.by_object = {}         # id(package object) -> Part
+        self.impls = {}             # (name, attribute) -> the package's function
+        self.reference = frozenset()    # names running the package's code right now
+        self.in_scope = False
+        self.started_late = False
+        self.module_files = set()   # source files of modules defining withheld objects
+        self.extension_modules = set()
+        self.namespace = None
+        self.checked = {}           # id(candidate) -> (candidate, error or None)
+
+
+_STATE = _State()
+
+
+# ---- where the student's code lives ------------------------------------------------------------
+
+def _namespace():
+    """The notebook's global namespace (IPython's user namespace, else ``__main__``)."""
+    if _STATE.namespace is not None:
+        return _STATE.namespace
+    try:
+        ip = get_ipython()  # noqa: F821 (defined in IPython kernels)
+        return ip.user_ns
+    except NameError:
+        return sys.modules["__main__"].__dict__
+
+
+def _package_root():
+    return os.path.dirname(importlib.import_module(PACKAGE).__file__)
+
+
+def _from_package_file(code):
+    filename = os.path.abspath(code.co_filename)
+    return filename.startswith(_package_root() + os.sep)
+
+
+def _codes(obj):
+    """The code objects of a function, or of the functions a class defines itself."""
+    if isinstance(obj, type):
+        out = []
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if isinstance(value, property):
+                value = value.fget
+            if isinstance(value, types.FunctionType):
+                out.append(value.__code__)
+        return out
+    if isinstance(obj, types.FunctionType):
+        return [obj.__code__]
+    return []
+
+
+def _code_key(code):
+    """What makes two code objects the same program, whatever file or line they came from."""
+    consts = tuple(_code_key(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts)
+    return (code.co_name, code.co_code, consts, code.co_names, code.co_varnames,
+            code.co_argcount, code.co_kwonlyargcount, code.co_flags)
+
+
+def fingerprint(obj):
+    """A digest of an object's code and docstring: equal for ``exec(inspect.getsource(obj))``.
+
+    Docstrings take part, so two honest versions of a one-line method never collide: every
+    withheld package object has a docstring that the notebook's skeleton does not repeat.
+    """
+    if isinstance(obj, type):
+        items = [("doc", obj.__doc__ or "")]
+        items += sorted((c.co_name, repr(_code_key(c))) for c in _codes(obj))
+    else:
+        items = [("code", repr(_code_key(obj.__code__)))]
+    return hashlib.sha256(repr(items).encode()).hexdigest()
+
+
+def _source_fingerprint(obj):
+    """The fingerprint of ``obj``'s source compiled afresh, as ``exec`` of it would compile it
+    (a module's own compilation can differ in detail, e.g. by its ``__future__`` imports)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError):
+        return None
+    namespace = {"__name__": "__fingerprint__"}
+    code = compile(source, "<fingerprint>", "exec")
+    if isinstance(obj, type):
+        # run only the class statement's body, with stand-ins for its bases
+        body = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+        items = [("doc", obj.__doc__ or "")]
+        items += sorted((c.co_name, repr(_code_key(c))) for c in body.co_consts
+                        if isinstance(c, types.CodeType))
+        return hashlib.sha256(repr(items).encode()).hexdigest()
+    exec(code, namespace)
+    return fingerprint(namespace[obj.__name__])
+
+
+def _why_not_students(part, candidate):
+    """Why ``candidate`` cannot be the student's ``part`` (None when it can)."""
+    pkg = f"{PACKAGE}.{part.paths[0]}"
+    mine = f"{part.task}: {part.name} is yours to write in this assignment"
+    if candidate is None:
+        return f"{mine}; this notebook does not define it yet"
+    if id(candidate) in _STATE.by_object:
+        return f"{mine}; the package's {pkg} cannot stand in for it"
+    if part.kind == "class":
+        if not isinstance(candidate, type):
+            return f"{mine}; it must be a class, not {type(candidate).__name__}"
+        for base in candidate.__mro__[1:]:
+            if id(base) in _STATE.by_object:
+                return f"{mine}; it may not subclass the package's {pkg}"
+    elif not callable(candidate):
+        return f"{mine}; it must be a function, not {type(candidate).__name__}"
+    module = getattr(candidate, "__module__", "") or ""
+    if module == PACKAGE or module.startswith(PACKAGE + "."):
+        return f"{mine}; {module}.{getattr(candidate, '__qualname__', part.name)} comes from the package"
+    if any(_from_package_file(code) for code in _codes(candidate)):
+        return f"{mine}; its code was loaded from the package's source files"
+    if fingerprint(candidate) in part.fingerprints:
+        return f"{mine}; it is a copy of the package's code"
+    return None
+
+
+def students(name):
+    """The notebook's object for the withheld ``name``, checked; raises WithheldError otherwise."""
+    part = _STATE.parts[name]
+    candidate = _namespace().get(name)
+    seen = _STATE.checked.get(id(candidate))
+    if seen is None or seen[0] is not candidate:
+        seen = (candidate, _why_not_students(part, candidate))
+        _STATE.checked[id(candidate)] = seen
+    if seen[1]:
+        raise WithheldError(seen[1])
+    return candidate
+
+
+# ---- the switches ----------------------------------------------------------------------------
+
+def _reference_impl(name, attribute):
+    if name not in _STATE.reference:
+        part = _STATE.parts[name]
+        raise WithheldError(f"{part.task}: {name} is yours to write in this assignment; "
+                            f"the package's {PACKAGE}.{part.paths[0]} runs only inside the tests")
+    return _STATE.impls[(name, attribute)]
+
+
+def call_function(name, args, kwargs):
+    """What a withheld package function does when called: the student's, or the reference."""
+    if name in _STATE.reference:
+        return _STATE.impls[(name, None)](*args, **kwargs)
+    return students(name)(*args, **kwargs)
+
+
+def _switch_function(part, func):
+    if func.__code__.co_freevars:
+        raise TypeError(f"{func.__qualname__} is a closure; only module-level functions can be withheld")
+    _STATE.impls[(part.name, None)] = types.FunctionType(
+        func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
+    _STATE.impls[(part.name, None)].__kwdefaults__ = func.__kwdefaults__
+    # The package's function object itself becomes the switch, so every alias of it does too
+    # (and inspect.getsource of it shows this switch, not the package's code).
+    source = (f"def {func.__name__}(*args, **kwargs):\n"
+              f"    from coursekit.withhold import call_function\n"
+              f"    return call_function({part.name!r}, args, kwargs)\n")
+    namespace = {}
+    exec(compile(source, f"<withheld {part.task}: {part.name}>", "exec"), namespace)
+    func.__code__ = namespace[func.__name__].__code__
+    func.__defaults__ = func.__kwdefaults__ = None
+
+
+def _method_switch(name, attribute):
+    def switched(*args, **kwargs):
+        return _reference_impl(name, attribute)(*args, **kwargs)
+    switched.__name__ = attribute
+    switched.__qualname__ = f"{name}.{attribute}"
+    return switched
+
+
+def _switch_class(part, cls):
+    name = part.name
+    for attribute, value in list(vars(cls).items()):
+        if isinstance(value, (staticmethod, classmethod)):
+            _STATE.impls[(name, attribute)] = value.__func__
+            setattr(cls, attribute, type(value)(_method_switch(name, attribute)))
+        elif isinstance(value, types.FunctionType):
+            _STATE.impls[(name, attribute)] = value
+            setattr(cls, attribute, _method_switch(name, attribute))
+        elif isinstance(value, property):
+            _STATE.impls[(name, attribute)] = value
+            getter = _method_switch(name, attribute + ".fget")
+            _STATE.impls[(name, attribute + ".fget")] = value.fget
+            setattr(cls, attribute, property(getter))
+    base_new = cls.__new__
+
+    def __new__(klass, *args, **kwargs):
+        if klass is cls and name not in _STATE.reference:
+            # an instance of the student's class: Python then skips the package's __init__
+            return students(name)(*args, **kwargs)
+        if base_new is object.__new__:
+            return object.__new__(klass)
+        return base_new(klass, *args, **kwargs)
+
+    def __init_subclass__(klass, **kwargs):
+        raise WithheldError(f"{part.task}: {name} is yours to write in this assignment; "
+                            f"subclass its base ({cls.__mro__[1].__name__}), not the package's "
+                            f"{PACKAGE}.{part.paths[0]}")
+
+    cls.__new__ = __new__
+    cls.__init_subclass__ = classmethod(__init_subclass__)
+
+
+def _switch_extension_function(part, module, attribute):
+    """A compiled function cannot be changed in place: its module attribute becomes a switch."""
+    _STATE.impls[(part.name, None)] = getattr(module, attribute)
+
+    def switched(*args, **kwargs):
+        return call_function(part.name, args, kwargs)
+    switched.__name__ = attribute
+    setattr(module, attribute, switched)
+    _STATE.extension_modules.add(module.__name__)
+    return switched
+
+
+def _resolve(path):
+    module_name, _, attribute = f"{PACKAGE}.{path}".rpartition(".")
+    module = importlib.import_module(module_name)
+    try:
+        return module, attribute, getattr(module, attribute)
+    except AttributeError:
+        raise LookupError(f"{PACKAGE}.{path} does not exist; check the assignment's withheld names") from None
+
+
+def _audit(event, args):
+    """Refuse to re-execute a module that defines a withheld object (reload, re-import)."""
+    if _STATE.assignment is None:
+        return
+    if event == "exec" and isinstance(args[0], types.CodeType):
+        filename = os.path.abspath(args[0].co_filename)
+        if filename in _STATE.module_files:
+            raise WithheldError(f"{_STATE.assignment}: {filename} defines parts you write in this "
+                                "assignment; it cannot be loaded again while the assignment runs")
+    elif event == "import" and args[0] in _STATE.extension_modules and args[1]:
+        raise WithheldError(f"{_STATE.assignment}: {args[0]} holds parts you write in this assignment; "
+                            "it cannot be loaded again while the assignment runs")
+
+
+def _first_cell():
+    """Whether no notebook cell ran before this one (always true outside IPython)."""
+    try:
+        ip = get_ipython()  # noqa: F821
+    except NameError:
+        return True
+    # In[0] is empty and In[1] is the running cell; cells run without history don't count
+    return ip is None or len(ip.user_ns.get("In", ())) <= 2
+
+
+def start(assignment, tasks, namespace=None):
+    """Withhold every part that ``tasks`` ({task id: {notebook name: package path(s)}}) names.
+
+    Run it as the first code cell of the notebook; running it again is harmless. Code run
+    before it could keep unswitched package objects, so grading refuses to go on if any
+    notebook cell ran first.
+    """
+    if _STATE.assignment is not None:
+        if _STATE.assignment != assignment:
+            raise WithheldError(f"this kernel already runs {_STATE.assignment}; restart it for {assignment}")
+        return
+    _STATE.started_late = not _first_cell()
+    _STATE.namespace = namespace
+    for task, names in tasks.items():
+        for name, paths in names.items():
+            paths = (paths,) if isinstance(paths, str) else tuple(paths)
+            part = Part(task, name, paths)
+            for path in paths:
+                module, attribute, obj = _resolve(path)
+                if id(obj) in _STATE.by_object:
+                    continue        # a re-export of an object already switched
+                if isinstance(obj, type):
+                    kind = "class"
+                elif isinstance(obj, types.FunctionType):
+                    kind = "function"
+                elif callable(obj) and not hasattr(obj, "__code__"):
+                    kind = "extension"
+                else:
+                    raise TypeError(f"{PACKAGE}.{path}: only classes and functions can be withheld")
+                part.kind = part.kind or ("function" if kind == "extension" else kind)
+                if kind != "extension":
+                    part.fingerprints |= {fingerprint(obj), _source_fingerprint(obj)} - {None}
+                defining = sys.modules[obj.__module__] if kind != "extension" else module
+                if getattr(defining, "__file__", None) and kind != "extension":
+                    _STATE.module_files.add(os.path.abspath(defining.__file__))
+                if kind == "class":
+                    _switch_class(part, obj)
+                elif kind == "function":
+                    _switch_function(part, obj)
+                else:
+                    obj = _switch_extension_function(part, module, attribute)
+                part.objects.append(obj)
+                _STATE.by_object[id(obj)] = part
+            _STATE.parts[name] = part
+    _STATE.assignment = assignment
+    sys.addaudithook(_audit)
+
+
+def parts(task=None):
+    """The withheld parts (of one task), in declaration order."""
+    return [p for p in _STATE.parts.values() if task is None or p.task == task]
+
+
+@contextmanager
+def grading(task, *names):
+    """Run a test of ``names`` (all of ``task``'s parts when none are given).
+
+    Inside, those names are the student's (checked first: a missing or package-made one
+    fails here, naming the task) and every other withheld name runs the package's code, in
+    the library and in the notebook's globals alike, so one part's test never depends on
+    another part. The notebook's globals are put back on the way out.
+    """
+    if _STATE.assignment is None:
+        raise WithheldError("run the notebook's first cell (coursekit.start) before its tests")
+    if _STATE.in_scope:
+        raise WithheldError(f"{task}: a test is already running; tests do not nest")
+    if _STATE.started_late:
+        raise WithheldError(f"{_STATE.assignment}: cells ran before the notebook's first cell; "
+                            "restart the kernel and run the notebook from the top")
+    under_test = set(names) if names else {p.name for p in parts(task)}
+    unknown = under_test - set(_STATE.parts)
+    if unknown:
+        raise LookupError(f"{task}: {sorted(unknown)} are not withheld parts of {_STATE.assignment}")
+    for name in sorted(under_test, key=list(_STATE.parts).index):
+        students(name)
+    namespace = _namespace()
+    others = [p for p in _STATE.parts.values() if p.name not in under_test]
+    missing = object()
+    saved = {p.name: namespace.get(p.name, missing) for p in others}
+    _STATE.in_scope = True
+    _STATE.reference = frozenset(p.name for p in others)
+    try:
+        for p in others:
+            namespace[p.name] = p.objects[0]
+        yield
+    finally:
+        _STATE.reference = frozenset()
+        _STATE.in_scope = False
+        for name, value in saved.items():
+            if value is missing:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
+
+
+@contextmanager
+def reference():
+    """Every withheld part runs the package's code: for locked set-up cells (loading data).
+
+    Safe to offer: nothing is graded outside ``grading``, which cannot run inside it.
+    """
+    if _STATE.in_scope:
+        raise WithheldError("a test is already running; tests do not nest")
+    _STATE.in_scope = True
+    _STATE.reference = frozenset(_STATE.parts)
+    try:
+        yield
+    finally:
+        _STATE.reference = frozenset()
+        _STATE.in_scope = False
