@@ -13,7 +13,6 @@ import operator
 import numpy
 
 from .backend_selection import (
-    BACKEND,
     NDArray,
     array_api,
     default_device,
@@ -27,15 +26,6 @@ LAZY_MODE = False
 # The number of live Values (Tensors and TensorTuples). Tests use it to check
 # that optimizers and training loops do not leak graph nodes.
 TENSOR_COUNTER = 0
-
-_FLOAT32 = ("float32", numpy.float32, numpy.dtype("float32"))
-
-
-def _check_dtype(dtype):
-    if dtype is None or any(dtype is d or dtype == d for d in _FLOAT32):
-        return "float32"
-    raise ValueError(f"needle_kernels Tensors are float32; dtype {dtype!r} is not supported")
-
 
 class Op:
     """An operator: ``compute`` on arrays, ``gradient`` on Tensors."""
@@ -183,37 +173,37 @@ class TensorTuple(Value):
 
 
 class Tensor(Value):
-    """An n-dimensional float32 array that records how it was computed."""
+    """An n-dimensional array (float32; numpy mode keeps a floating dtype) that records how it was computed."""
 
     grad = None  # set on leaves by backward()
     # numpy must defer to Tensor's reflected operators (np.float64(2) * t).
     __array_ufunc__ = None
 
     def __init__(self, array, device=None, dtype=None, requires_grad=True, **kwargs):
-        dtype = _check_dtype(dtype)
+        """A leaf holding a copy of ``array`` (a Tensor's array is shared when nothing changes).
+
+        The dtype is the array API's rule (``array_api.array``): NDArrays are
+        float32, and a float64 numpy array is converted; with
+        ``NEEDLE_BACKEND=np`` a floating numpy array keeps its dtype.
+        """
         if isinstance(array, Tensor):
-            if device is None or device == array.device:
+            device = array.device if device is None else device
+            if device == array.device and (dtype is None or dtype == array.dtype):
                 cached_data = array.realize_cached_data()
             else:
-                cached_data = Tensor._array_from_numpy(array.numpy(), device=device, dtype=dtype)
+                cached_data = array_api.array(array.numpy(), dtype=array.dtype if dtype is None else dtype,
+                                              device=device)
         else:
             if device is None:
-                # an NDArray stays where it is; anything else goes to the default device
-                device = array.device if isinstance(array, NDArray) and BACKEND == "nd" else default_device()
-            cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
+                # an array stays where it is; anything else goes to the default device
+                device = device_of(array) if isinstance(array, NDArray) else default_device()
+            cached_data = array_api.array(array, dtype=dtype, device=device)
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
 
     @staticmethod
-    def _array_from_numpy(data, device, dtype):
-        if BACKEND == "np":
-            if device is not None and hasattr(device, "enabled") and not device.enabled():
-                raise RuntimeError(f"device {device} is not available on this machine")
-            if not isinstance(data, numpy.ndarray) and hasattr(data, "numpy"):
-                data = data.numpy()
-            return numpy.array(data, dtype=numpy.float32)
-        if isinstance(data, NDArray):
-            return data if data.device == device else data.to(device)
-        return array_api.array(numpy.asarray(data, dtype=numpy.float32), dtype=dtype, device=device)
+    def _array_from_numpy(numpy_array, device, dtype):
+        """needle's name for the conversion ``Tensor(...)`` applies (always a copy)."""
+        return array_api.array(numpy_array, dtype=dtype, device=device)
 
     @staticmethod
     def make_const(data, requires_grad=False):
@@ -245,7 +235,7 @@ class Tensor(Value):
 
     @property
     def dtype(self):
-        return "float32"
+        return self.realize_cached_data().dtype
 
     @property
     def device(self):
@@ -260,10 +250,8 @@ class Tensor(Value):
         return math.prod(self.shape)
 
     def numpy(self):
-        data = self.realize_cached_data()
-        if BACKEND == "np":
-            return numpy.asarray(data)
-        return data.numpy()
+        # an NDArray converts itself (__array__); a numpy array is returned as is
+        return numpy.asarray(self.realize_cached_data())
 
     def backward(self, out_grad=None):
         """Compute ``.grad`` of every leaf that requires grad.
@@ -273,7 +261,7 @@ class Tensor(Value):
         needle: ``y.backward()`` then gives the gradient of ``y.sum()``.
         """
         if out_grad is None:
-            out_grad = Tensor.make_const(array_api.full(self.shape, 1.0, device=self.device))
+            out_grad = Tensor.make_const(array_api.full(self.shape, 1.0, dtype=self.dtype, device=self.device))
         elif not isinstance(out_grad, Tensor):
             out_grad = Tensor(out_grad, device=self.device, requires_grad=False)
         if out_grad.shape != self.shape:
@@ -417,7 +405,7 @@ def _tuple_adjoint(node, whole_grads, slot_grads):
             items.append(sum_node_list(parts))
         else:
             items.append(
-                Tensor.make_const(array_api.full(tuple(data[i].shape), 0.0, device=device_of(data[i])))
+                Tensor.make_const(array_api.full(tuple(data[i].shape), 0.0, dtype=data[i].dtype, device=device_of(data[i])))
             )
     return make_tuple(*items)
 

@@ -1,7 +1,9 @@
 """The array API of ``NEEDLE_BACKEND=np``: numpy itself, with one CPU device.
 
 The course builds autograd and the nn library before students write their own
-NDArray, so the library must also run on plain ``numpy.ndarray`` (float32).
+NDArray, so the library must also run on plain ``numpy.ndarray``: float32 by
+default, and a floating array keeps the dtype it was given (float64 stays
+float64), as in needle's numpy mode.
 This module *is* that array API: any name not defined here falls through to
 numpy (``backend_numpy.exp is numpy.exp``), and the few functions whose numpy
 signature differs from the NDArray module's are redefined here:
@@ -100,26 +102,43 @@ def all_devices():
 
 # ---------------------------------------------------------------- numpy shims
 
-def array(obj, dtype="float32", device=None):
+def _require(device):
+    if device is not None and hasattr(device, "enabled") and not device.enabled():
+        raise RuntimeError(f"device {device} is not available on this machine")
+
+
+def array(obj, dtype=None, device=None):
+    """A copy of ``obj`` as a numpy array.
+
+    With ``dtype=None`` a floating array keeps its dtype (a float64 Tensor
+    stays float64 through ops and gradients, as in needle's numpy mode) and
+    anything else (lists, integers, booleans) becomes float32.
+    """
+    _require(device)
     if hasattr(obj, "numpy") and not isinstance(obj, numpy.ndarray):
         obj = obj.numpy()  # an NDArray of the other mode
+    if dtype is None:
+        dtype = obj.dtype if getattr(obj, "dtype", None) is not None and numpy.dtype(obj.dtype).kind == "f" \
+            else numpy.float32
     return numpy.array(obj, dtype=dtype)
 
 
 def empty(shape, dtype="float32", device=None):
+    _require(device)
     return numpy.empty(shape, dtype=dtype)
 
 
 def full(shape, fill_value, dtype="float32", device=None):
+    _require(device)
     return numpy.full(shape, fill_value, dtype=dtype)
 
 
 def zeros(shape, dtype="float32", device=None):
-    return numpy.zeros(shape, dtype=dtype)
+    return full(shape, 0.0, dtype, device)
 
 
 def ones(shape, dtype="float32", device=None):
-    return numpy.ones(shape, dtype=dtype)
+    return full(shape, 1.0, dtype, device)
 
 
 def sum(a, axis=None, keepdims=False):

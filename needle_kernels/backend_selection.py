@@ -3,7 +3,8 @@
 * ``nd`` (default): ``cached_data`` is a ``backend_ndarray.NDArray`` and the
   devices are the NDArray backends (``cpu()`` Cython + OpenMP, ``cpu_numpy()``,
   ``cuda()``).
-* ``np``: ``cached_data`` is a float32 ``numpy.ndarray``; one CPU device.
+* ``np``: ``cached_data`` is a ``numpy.ndarray`` (float32 by default; a floating
+  array keeps its dtype, so float64 stays float64); one CPU device.
 
 The choice is made once, at import time, because every op is written against
 ``array_api`` and must not branch on the mode in its hot path.

@@ -8,6 +8,7 @@ import pytest
 
 import needle_kernels as ndl
 from needle_kernels import autograd
+from needle_kernels.backend_selection import BACKEND
 
 
 def T(x, device, requires_grad=True):
@@ -140,8 +141,11 @@ def test_tensor_basics(device):
     assert x.sum().shape == ()
     assert x.reshape((3, 2)).shape == (3, 2) and x.transpose().shape == (3, 2)
     assert x.broadcast_to((4, 2, 3)).shape == (4, 2, 3)
-    with pytest.raises(ValueError, match="float32"):
-        ndl.Tensor([1.0], device=device, dtype="float64")
+    if BACKEND == "np":  # numpy mode keeps the dtype asked for, as needle's numpy backend does
+        assert ndl.Tensor([1.0], device=device, dtype="float64").dtype == np.float64
+    else:  # NDArrays are float32: asking for another dtype is an error, not a silent cast
+        with pytest.raises(ValueError, match="float32"):
+            ndl.Tensor([1.0], device=device, dtype="float64")
 
 
 def test_tuple_values(device):
@@ -177,8 +181,9 @@ def test_numpy_mode_runs_a_training_step():
     code = (
         "import numpy as np, needle_kernels as ndl\n"
         "assert ndl.backend_selection.BACKEND == 'np'\n"
-        "m = ndl.nn.Linear(3, 2); x = ndl.Tensor(np.ones((4, 3)))\n"
+        "m = ndl.nn.Linear(3, 2); x = ndl.Tensor(np.ones((4, 3), dtype=np.float32))\n"
         "assert isinstance(x.cached_data, np.ndarray) and x.cached_data.dtype == np.float32\n"
+        "assert ndl.Tensor(np.ones(2)).dtype == np.float64 and ndl.Tensor([1, 2]).dtype == np.float32\n"
         "loss = ndl.nn.SoftmaxLoss()(m(x), ndl.Tensor([0, 1, 0, 1])); loss.backward()\n"
         "ndl.optim.SGD(m.parameters(), lr=0.1).step(); print(str(ndl.cpu()), ndl.cuda().enabled())\n"
     )
@@ -206,3 +211,50 @@ def test_graph_pictures(device):
     assert len(labels) == 5 and labels[2].startswith("%2 MatMul")
     with pytest.raises(ValueError):
         ndl.viz.draw_graph(y, backend="ascii")
+
+
+@pytest.mark.parametrize("scalar", [2, 2.5, np.float32(2.5), np.float64(-1.5), np.int64(3), np.array(0.5),
+                                    np.array([1.25])], ids=lambda s: type(s).__name__ + str(np.shape(s)))
+def test_scalar_ops_take_numbers_numpy_scalars_and_one_element_arrays(device, scalar):
+    x_np = np.random.rand(2, 3).astype(np.float32) + 0.5
+    c = float(np.asarray(scalar).reshape(()))
+    cases = [
+        (ndl.divide_scalar, lambda x: x / c, lambda x: np.full_like(x, 1 / c)),
+        (ndl.mul_scalar, lambda x: x * c, lambda x: np.full_like(x, c)),
+        (ndl.add_scalar, lambda x: x + c, lambda x: np.ones_like(x)),
+        (ndl.power_scalar, lambda x: x ** c, lambda x: c * x ** (c - 1)),
+    ]
+    for op, value, derivative in cases:
+        x = T(x_np, device)
+        y = op(x, scalar)
+        np.testing.assert_allclose(y.numpy(), value(x_np), rtol=1e-5, err_msg=op.__name__)
+        y.backward()
+        np.testing.assert_allclose(x.grad.numpy(), derivative(x_np), rtol=1e-5, err_msg=op.__name__)
+    # the operators reach the same ops
+    x = T(x_np, device)
+    np.testing.assert_allclose((x / scalar).numpy(), x_np / c, rtol=1e-6)
+    np.testing.assert_allclose((x - scalar).numpy(), x_np - c, rtol=1e-6)
+
+
+def test_scalar_ops_refuse_arrays_of_several_elements(device):
+    with pytest.raises(TypeError, match="one-element"):
+        ndl.divide_scalar(T([1.0, 2.0], device), np.array([1.0, 2.0]))
+
+
+if BACKEND == "np":
+    def test_numpy_mode_keeps_float64_through_ops_and_gradients():
+        x = ndl.Tensor(np.random.randn(3, 4))
+        w = ndl.Tensor(np.random.randn(4, 2))
+        assert x.dtype == np.float64 and x.realize_cached_data().dtype == np.float64
+        y = ndl.logsumexp(ndl.tanh(x @ w) / 3.0, axes=(1,)) ** 2
+        assert y.dtype == np.float64
+        y.backward()
+        assert x.grad.dtype == np.float64 and w.grad.dtype == np.float64
+        f32 = ndl.Tensor(np.ones((2, 2), dtype=np.float32))
+        assert (ndl.relu(f32) * 2.0).dtype == np.float32
+else:
+    def test_ndarray_mode_converts_float64_input_to_float32(device):
+        x = ndl.Tensor(np.random.randn(3, 4), device=device)
+        assert x.dtype == "float32" and x.numpy().dtype == np.float32
+        x = ndl.Tensor(x, device=device, dtype="float32")
+        assert x.dtype == "float32"

@@ -54,10 +54,12 @@ def _kernel_view(shape, strides):
 
 
 def _check_dtype(dtype):
+    # dtype=None means float32: other floating inputs (a float64 numpy array) are converted
     if dtype is None or dtype == "float32" or dtype is np.float32:
         return
     if np.dtype(dtype) != np.float32:
-        raise ValueError(f"NDArray supports dtype float32 only, got {dtype!r}")
+        raise ValueError(f"NDArray supports dtype float32 only, got {dtype!r} "
+                         "(leave dtype out to convert; NEEDLE_BACKEND=np keeps float64)")
 
 
 def _normalize_axes(axis, ndim, what):
@@ -672,7 +674,7 @@ class NDArray:
 # ---------------------------------------------------------------- constructors
 
 def array(a, dtype="float32", device=None):
-    """An NDArray from a list, numpy array or NDArray (a copy)."""
+    """An NDArray from a list, numpy array or NDArray (a copy, converted to float32; dtype None is float32)."""
     _check_dtype(dtype)
     return NDArray(a, device=device)
 

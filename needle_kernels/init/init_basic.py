@@ -26,8 +26,9 @@ def _shape(shape):
 
 
 def _tensor(array, device, dtype, requires_grad):
-    return Tensor(numpy.asarray(array, dtype=numpy.float32), device=_device(device), dtype=dtype,
-                  requires_grad=requires_grad)
+    # cast once, from the float64 draws, to the dtype asked for (float32 unless numpy mode asks for more)
+    array = numpy.asarray(array, dtype=numpy.float32 if dtype is None else dtype)
+    return Tensor(array, device=_device(device), dtype=dtype, requires_grad=requires_grad)
 
 
 def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False):

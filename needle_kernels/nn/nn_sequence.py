@@ -189,7 +189,7 @@ def _host(a):
 
 def _like(x, a):
     """The numpy array x as an array of the same kind and device as a."""
-    return array_api.array(np.ascontiguousarray(x, dtype=np.float32), device=device_of(a))
+    return array_api.array(np.ascontiguousarray(x), dtype=a.dtype, device=device_of(a))
 
 
 class EmbeddingGather(TensorOp):
@@ -219,7 +219,7 @@ class EmbeddingScatter(TensorOp):
 
     def compute(self, g):
         host = _host(g)
-        out = np.zeros((self.num_rows, host.shape[1]), dtype=np.float32)
+        out = np.zeros((self.num_rows, host.shape[1]), dtype=host.dtype)
         np.add.at(out, self.ids, host)
         return _like(out, g)
 

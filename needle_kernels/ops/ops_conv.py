@@ -62,7 +62,7 @@ class Dilate(TensorOp):
             return a
         axes = _check_axes(self.axes, a.ndim, "dilate")
         shape = tuple(n * (self.dilation + 1) if i in axes else n for i, n in enumerate(a.shape))
-        out = array_api.full(shape, 0.0, device=device_of(a))
+        out = array_api.full(shape, 0.0, dtype=a.dtype, device=device_of(a))
         out[tuple(slice(None, None, self.dilation + 1) if i in axes else slice(None) for i in range(a.ndim))] = a
         return out
 
@@ -146,7 +146,7 @@ class Col2Im(TensorOp):
             return _col2im_kernel(cols, self.image_shape, self.stride)
         n, ho, wo, k, _, c = cols.shape
         s = self.stride
-        out = array_api.full(self.image_shape, 0.0, device=device_of(cols))
+        out = array_api.full(self.image_shape, 0.0, dtype=cols.dtype, device=device_of(cols))
         for ki in range(k):
             for kj in range(k):
                 window = (slice(None), slice(ki, ki + s * (ho - 1) + 1, s), slice(kj, kj + s * (wo - 1) + 1, s))

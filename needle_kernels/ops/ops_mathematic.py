@@ -7,6 +7,7 @@ the op's output. Gradients are written with ops, so they can be
 differentiated again.
 """
 import math
+import numbers
 
 import numpy
 
@@ -64,9 +65,9 @@ def _normalize_axes(axes, ndim, name):
     return tuple(sorted(out))
 
 
-def _float_mask(mask):
+def _float_mask(mask, dtype):
     # NDArray comparisons already give 0.0/1.0 floats; numpy gives booleans
-    return mask.astype(numpy.float32) if isinstance(mask, numpy.ndarray) else mask
+    return mask.astype(dtype) if isinstance(mask, numpy.ndarray) else mask
 
 
 def _const(array):
@@ -92,11 +93,26 @@ def add(a, b):
     return EWiseAdd()(a, b)
 
 
+def _scalar(value, name):
+    """A Python number from an int, float, numpy scalar, 0-d array or one-element array
+    (needle's tests pass ``np.random.randn(1)``); integers stay ints (exact powers)."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    size = getattr(value, "size", None)
+    if size == 1 and hasattr(value, "item"):
+        item = value.item()
+        if isinstance(item, numbers.Real):
+            return int(item) if isinstance(item, numbers.Integral) else float(item)
+    raise TypeError(f"{name}: the scalar must be a real number or a one-element array, got {value!r}")
+
+
 class AddScalar(TensorOp):
     """out = a + c.  da = g."""
 
     def __init__(self, scalar):
-        self.scalar = float(scalar)
+        self.scalar = _scalar(scalar, "add_scalar")
 
     def compute(self, a):
         return a + self.scalar
@@ -132,7 +148,7 @@ class MulScalar(TensorOp):
     """out = c * a.  da = c * g."""
 
     def __init__(self, scalar):
-        self.scalar = float(scalar)
+        self.scalar = _scalar(scalar, "mul_scalar")
 
     def compute(self, a):
         return a * self.scalar
@@ -171,7 +187,7 @@ class PowerScalar(TensorOp):
     """out = a ** c for a constant c.  da = g * c * a**(c-1)."""
 
     def __init__(self, scalar):
-        self.scalar = scalar if isinstance(scalar, int) else float(scalar)
+        self.scalar = _scalar(scalar, "power_scalar")
 
     def compute(self, a):
         return a ** self.scalar
@@ -210,7 +226,7 @@ class DivScalar(TensorOp):
     """out = a / c.  da = g / c."""
 
     def __init__(self, scalar):
-        self.scalar = float(scalar)
+        self.scalar = _scalar(scalar, "divide_scalar")
 
     def compute(self, a):
         return a / self.scalar
@@ -272,7 +288,8 @@ class ReLU(TensorOp):
         return array_api.maximum(a, 0.0)
 
     def gradient(self, out_grad, node):
-        return out_grad * _const(_float_mask(node.inputs[0].realize_cached_data() > 0))
+        a = node.inputs[0].realize_cached_data()
+        return out_grad * _const(_float_mask(a > 0, a.dtype))
 
 
 def relu(a):
@@ -452,7 +469,7 @@ class Max(TensorOp):
         axes = _normalize_axes(self.axes, len(a.shape), "amax")
         kept = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
         top = array_api.broadcast_to(array_api.reshape(node.realize_cached_data(), kept), a.shape)
-        mask = _const(_float_mask(a.realize_cached_data() == top))
+        mask = _const(_float_mask(a.realize_cached_data() == top, top.dtype))
         return broadcast_to(reshape(out_grad, kept), a.shape) * mask
 
 
