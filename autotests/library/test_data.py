@@ -282,6 +282,38 @@ def test_corpus_tokenize(ptb_dir):
     assert short.train == [0, 1, 2, 3] and len(short.dictionary) == 7
 
 
+@pytest.mark.parametrize("make, missing, name", [
+    (lambda d: ndl.data.CIFAR10Dataset(str(d / "cifar-10-batches-py"), train=True),
+     "cifar-10-batches-py/data_batch_1", "cifar10"),
+    (lambda d: ndl.data.CIFAR10Dataset(str(d / "cifar-10-batches-py"), train=False),
+     "cifar-10-batches-py/test_batch", "cifar10"),
+    (lambda d: ndl.data.Corpus(str(d / "ptb")), "ptb/train.txt", "ptb"),
+    (lambda d: ndl.data.MNISTDataset(str(d / "train-images-idx3-ubyte.gz"), str(d / "train-labels-idx1-ubyte.gz")),
+     "train-images-idx3-ubyte.gz", "mnist"),
+])
+def test_needle_data_paths_name_the_file_and_the_command_that_puts_it_there(tmp_path, make, missing, name):
+    data = tmp_path / "data"
+    with pytest.raises(FileNotFoundError) as e:
+        make(data)
+    assert str(data / missing) in str(e.value)
+    assert f"python -m needle_kernels.data.download {name} --dir {data}" in str(e.value)
+
+
+def test_downloaded_layout_serves_needle_paths(tmp_path):
+    # the downloader's layout under data/ is what needle code names
+    data = tmp_path / "data"
+    images, labels = synthetic.synthetic_images(12, (28, 28), seed=1)
+    synthetic.write_idx_images(data / "mnist" / "train-images-idx3-ubyte.gz", images)
+    synthetic.write_idx_labels(data / "mnist" / "train-labels-idx1-ubyte.gz", labels)
+    ds = ndl.data.MNISTDataset(str(data / "train-images-idx3-ubyte.gz"), str(data / "train-labels-idx1-ubyte.gz"))
+    assert len(ds) == 12 and ds[3][1] == labels[3]
+    (data / "ptb").mkdir()
+    (data / "ptb" / "train.txt").write_text("a b\nc\n")
+    (data / "ptb" / "test.txt").write_text("b a\n")
+    corpus = ndl.data.Corpus(str(data / "ptb"))
+    assert corpus.train == [0, 1, 2, 3, 2] and corpus.test == [1, 0, 2]
+
+
 def test_corpus_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         ndl.data.Corpus(str(tmp_path))

@@ -31,19 +31,61 @@ def data_dir(root=None):
     return Path(root).expanduser()
 
 
-def fetch_command(name):
-    """The shell command that downloads data set ``name`` into the data directory."""
-    return f"python -m needle_kernels.data.download {name}"
+def fetch_command(name, root=None):
+    """The shell command that downloads data set ``name`` into ``root`` (default: the data directory)."""
+    command = f"python -m needle_kernels.data.download {name}"
+    if root is not None and Path(root).expanduser().resolve() != data_dir().resolve():
+        command += f" --dir {root}"
+    return command
+
+
+_FOLDERS = {"mnist": "mnist", "ptb": "ptb", "cifar10": CIFAR10_FOLDER}
+
+
+def _root_of(path, dataset):
+    """The data directory whose layout puts ``path`` (a file of ``dataset`` or its folder) where it is.
+
+    needle names the files as ``data/cifar-10-batches-py/data_batch_1``,
+    ``data/ptb/train.txt`` and ``data/train-images-idx3-ubyte.gz``: the first
+    two are this layout under ``data``, and MNIST files named without their
+    ``mnist/`` folder are found in it (see ``mnist_file``). None when the
+    path fits no layout.
+    """
+    path = Path(path)
+    folder = _FOLDERS.get(dataset)
+    if path.name == folder:
+        return path.parent
+    if path.parent.name == folder:
+        return path.parent.parent
+    if dataset == "mnist":
+        return path.parent
+    return None
 
 
 def missing_file_error(path, dataset):
-    """A FileNotFoundError that says which file was expected and how to get it."""
+    """A FileNotFoundError that says which file was expected and the command that puts it there."""
+    root = _root_of(path, dataset)
+    if root is None:
+        fetch = (f"Fetch it with:  {fetch_command(dataset, 'DIR')}\n"
+                 f"(it writes DIR/{_FOLDERS.get(dataset, dataset)}/...; pass that folder)")
+    else:
+        fetch = f"Fetch it with:  {fetch_command(dataset, root)}"
     return FileNotFoundError(
-        f"{dataset} data file not found: {path}\n"
-        f"Fetch it with:  {fetch_command(dataset)}\n"
-        f"(the data directory is ${ENV_VAR}, default {DEFAULT_DIR}; "
-        f"set {ENV_VAR} to use files stored elsewhere)"
+        f"{dataset} data file not found: {path}\n{fetch}\n"
+        f"(the default data directory is ${ENV_VAR}, else {DEFAULT_DIR})"
     )
+
+
+def mnist_file(path):
+    """``path``, or the file of that name in the ``mnist/`` folder beside it (where the
+    downloader writes it) when only that one exists; FileNotFoundError naming ``path`` otherwise."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    nested = path.parent / "mnist" / path.name
+    if nested.is_file():
+        return nested
+    raise missing_file_error(path, "mnist")
 
 
 def _require(path, dataset):

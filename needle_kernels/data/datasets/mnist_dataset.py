@@ -5,21 +5,18 @@ idx files start with a big-endian header: a magic number (2051 for images,
 then the uint8 payload in row-major order.
 """
 import gzip
-from pathlib import Path
 
 import numpy as np
 
 from ..data_basic import Dataset
-from ..paths import missing_file_error
+from ..paths import mnist_file
 
 IMAGE_MAGIC = 2051
 LABEL_MAGIC = 2049
 
 
 def _open(path):
-    path = Path(path)
-    if not path.is_file():
-        raise missing_file_error(path, "mnist")
+    path = mnist_file(path)  # needle's data/train-images-idx3-ubyte.gz is also found in data/mnist/
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
     return gzip.open(path, "rb") if gz else open(path, "rb")
