@@ -144,7 +144,6 @@ def _source_fingerprint(obj):
         source = textwrap.dedent(inspect.getsource(obj))
     except (OSError, TypeError):
         return None
-    namespace = {"__name__": "__fingerprint__"}
     code = compile(source, "<fingerprint>", "exec")
     if isinstance(obj, type):
         # run only the class statement's body, with stand-ins for its bases
@@ -153,8 +152,10 @@ def _source_fingerprint(obj):
         items += sorted((c.co_name, repr(_code_key(c))) for c in body.co_consts
                         if isinstance(c, types.CodeType))
         return hashlib.sha256(repr(items).encode()).hexdigest()
-    exec(code, namespace)
-    return fingerprint(namespace[obj.__name__])
+    # the function's code object, taken without running the def (its defaults may name
+    # the package module's globals)
+    body = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == obj.__name__)
+    return hashlib.sha256(repr([("code", repr(_code_key(body)))]).encode()).hexdigest()
 
 
 def _why_not_students(part, candidate):

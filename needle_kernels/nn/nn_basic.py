@@ -127,6 +127,8 @@ class Flatten(Module):
 
 
 class ReLU(Module):
+    """max(x, 0) entry by entry, as a module."""
+
     def forward(self, x: Tensor) -> Tensor:
         return ops.relu(x)
 
@@ -142,6 +144,8 @@ class Sigmoid(Module):
 
 
 class Sequential(Module):
+    """Apply the given modules one after the other."""
+
     def __init__(self, *modules):
         super().__init__()
         self.modules = modules
