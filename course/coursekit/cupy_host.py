@@ -1,10 +1,14 @@
-"""A host stand-in for the part of cupy that the custom-operator lab uses, to run its CUDA cells on a CPU.
+"""A host stand-in for the part of cupy that the course's CUDA cells use, to run them on a CPU.
 
-With the folder above this package first on ``PYTHONPATH``, ``import cupy`` finds this module.
-``RawModule`` compiles the CUDA C source with g++ behind a small header that defines the CUDA
-built-ins, and a launch runs every block and every thread of the grid one after another in one loop
-(set ``blockIdx`` and ``threadIdx``, call the kernel). "Device" arrays are numpy arrays in host
-memory, laid out as cupy lays them out.
+``coursekit.cuda.cupy_or_host()`` returns this module where cupy sees no GPU. ``RawModule``
+compiles the CUDA C source with g++ behind a small header that defines the CUDA built-ins, and a
+launch runs every block of the grid one after another, and the threads of a block one after
+another (set ``blockIdx`` and ``threadIdx``, call the kernel). "Device" arrays are numpy arrays
+in host memory, laid out as cupy lays them out.
+
+Kernels that synchronise a block (``__syncthreads()``, with ``__shared__`` tiles) run each thread
+of a block as a coroutine with its own stack: every thread runs up to its next ``__syncthreads()``,
+and only when all of them have arrived does the block go on, as on a GPU.
 
 What it checks, as a GPU would or more strictly:
 
@@ -22,15 +26,27 @@ What it checks, as a GPU would or more strictly:
   signalling float32 NaN and checked after each launch. A read there brings NaN into the result;
   a write there fails the launch, even of a value computed from such a read, because arithmetic
   turns the signalling NaN into a quiet one with other bits. ``empty`` fills with the same NaN, so
-  an output element a kernel forgets to write shows up.
+  an output element a kernel forgets to write shows up;
+* shared memory: ``__shared__`` arrays are filled with the same NaN at the start of every block,
+  so a thread that reads an element no thread of its block has written gets NaN. Threads run in a
+  fixed order between barriers (thread 0 up to its next ``__syncthreads()``, then thread 1, ...),
+  so the classic races of a tiled kernel give wrong results rather than lucky ones: without the
+  barrier after loading a tile, thread 0 reads elements the others have not loaded yet; without
+  the barrier before loading the next one, thread 0 overwrites the tile that the others still read;
+* a ``__syncthreads()`` that only some threads of a block reach (a barrier inside a branch that
+  differs between the block's threads, or after an early ``return``) fails the launch: on a GPU it
+  hangs or corrupts results.
 
 What it cannot check: timing and occupancy (times measured here are those of a serial CPU loop);
-races and memory ordering (threads never overlap, so a racy kernel gets one valid answer); anything
-that needs the threads of a block to run together (``__syncthreads``, ``__shared__``, warp
-intrinsics, which are refused with an error rather than run wrongly); what the real NVRTC compiler
+races that the fixed order above hides, and memory ordering between blocks (blocks never overlap,
+so a kernel whose blocks race gets one valid answer); warp-level code (``__shfl*``, ``__ballot_sync``,
+``__syncwarp``, cooperative groups), dynamic shared memory (``extern __shared__``, the
+``shared_mem`` launch argument) and ``__syncthreads_count``/``_and``/``_or``, which are refused with
+an error rather than run wrongly; bank conflicts and coalescing; what the real NVRTC compiler
 accepts and how the GPU rounds (g++ compiles the source as C++ without fused multiply-adds, so
 results agree with a GPU's to rounding, not bitwise). An access far outside every buffer may crash
-the process instead of failing cleanly.
+the process instead of failing cleanly, and so may a kernel whose locals overflow a thread's
+coroutine stack (64 KiB).
 """
 import ctypes
 import hashlib
@@ -186,10 +202,13 @@ _PRELUDE = r"""
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <math.h>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <ucontext.h>
 
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 typedef dim3 uint3;
@@ -204,8 +223,46 @@ static const int warpSize = 32;
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+// __shared__ arrays are static variables (blocks run one after another, so one copy serves every
+// block), registered the first time their declaration runs and filled with a signalling NaN at
+// the start of every block: CUDA leaves shared memory uninitialised.
+static void* nk_shared_ptr[256];
+static std::size_t nk_shared_size[256];
+static int nk_shared_count = 0;
+static void nk_poison(void* p, std::size_t n) {
+    static const unsigned char nan_bytes[4] = {0xA5, 0xA5, 0xA5, 0x7F};  // 0x7FA5A5A5, little-endian
+    unsigned char* c = static_cast<unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) c[i] = nan_bytes[i % 4];
+}
+static bool nk_register_shared(void* p, std::size_t n) {
+    for (int k = 0; k < nk_shared_count; ++k)
+        if (nk_shared_ptr[k] == p) return true;
+    if (nk_shared_count < 256) {
+        nk_shared_ptr[nk_shared_count] = p;
+        nk_shared_size[nk_shared_count++] = n;
+    }
+    nk_poison(p, n);
+    return true;
+}
+static void nk_poison_shared() {
+    for (int k = 0; k < nk_shared_count; ++k) nk_poison(nk_shared_ptr[k], nk_shared_size[k]);
+}
+
+// __syncthreads(): the calling thread (a coroutine) hands control back to the block's scheduler,
+// which resumes it once every thread of the block has arrived.
+struct nk_fiber { ucontext_t ctx; int state; };  // state: 0 running, 1 at a barrier, 2 returned
+static ucontext_t nk_scheduler;
+static nk_fiber* nk_current = nullptr;
+static void __syncthreads() {
+    if (nk_current == nullptr) return;  // unreachable: sources that use it launch cooperatively
+    nk_current->state = 1;
+    swapcontext(&nk_current->ctx, &nk_scheduler);
+}
 """
 
+# Compiled before the kernel source, so that the source's macros (#define T 16) cannot reach it.
 _LAUNCHER = r"""
 template <class T> using nk_value_t = std::remove_cv_t<std::remove_pointer_t<T>>;
 
@@ -225,18 +282,80 @@ static int nk_describe(void (*)(Args...), int* is_pointer, long* size, char* kin
     return k;
 }
 
-// params[k] points at the bytes of argument k, as for cuLaunchKernel. Blocks and their threads run
-// one after another, x fastest, which is a valid CUDA schedule for kernels without block-level sync.
+static char nk_error_text[512];
+extern "C" const char* nk_error() { return nk_error_text; }
+
+static std::function<void()> nk_body;  // the kernel applied to this launch's arguments
+static void nk_fiber_entry() {
+    nk_body();
+    nk_current->state = 2;  // returning resumes the scheduler (uc_link)
+}
+static const std::size_t NK_STACK = 64 * 1024;
+
+// The threads of one block as coroutines, in order of their index (x fastest): each runs up to its
+// next __syncthreads() or its end; a round in which some threads wait at a barrier while others
+// have returned is an error (on a GPU such a barrier hangs or corrupts results).
+static int nk_run_block(const unsigned* b, nk_fiber* fibers, char* stacks) {
+    const unsigned n = b[0] * b[1] * b[2];
+    for (unsigned t = 0; t < n; ++t) {
+        getcontext(&fibers[t].ctx);
+        fibers[t].ctx.uc_stack.ss_sp = stacks + t * NK_STACK;
+        fibers[t].ctx.uc_stack.ss_size = NK_STACK;
+        fibers[t].ctx.uc_link = &nk_scheduler;
+        makecontext(&fibers[t].ctx, nk_fiber_entry, 0);
+        fibers[t].state = 0;
+    }
+    for (unsigned round = 1;; ++round) {
+        unsigned waiting = 0, returned = 0;
+        for (unsigned t = 0; t < n; ++t) {
+            if (fibers[t].state != 2) {
+                threadIdx = {t % b[0], (t / b[0]) % b[1], t / (b[0] * b[1])};
+                fibers[t].state = 0;
+                nk_current = &fibers[t];
+                swapcontext(&nk_scheduler, &fibers[t].ctx);
+                nk_current = nullptr;
+            }
+            if (fibers[t].state == 2) ++returned; else ++waiting;
+        }
+        if (waiting == 0) return 0;
+        if (returned) {
+            snprintf(nk_error_text, sizeof nk_error_text,
+                     "__syncthreads() number %u of block (%u,%u,%u) was reached by %u of its %u threads; "
+                     "the other %u had returned (on a GPU: a hang or wrong results). Every thread of a "
+                     "block must reach every __syncthreads(): keep barriers outside branches that differ "
+                     "between threads, and guard loads and stores instead of returning early",
+                     round, blockIdx.x, blockIdx.y, blockIdx.z, waiting, n, returned);
+            return 1;
+        }
+    }
+}
+
+// params[k] points at the bytes of argument k, as for cuLaunchKernel. Blocks run one after another,
+// x fastest; so do the threads of a block, between barriers when the source has any.
 template <class... Args, std::size_t... I>
-static void nk_run(void (*kernel)(Args...), void** params, const unsigned* g, const unsigned* b,
-                   std::index_sequence<I...>) {
+static int nk_run(void (*kernel)(Args...), void** params, const unsigned* g, const unsigned* b,
+                  int cooperative, std::index_sequence<I...>) {
     const std::tuple<std::remove_cv_t<Args>...> args{*static_cast<std::remove_cv_t<Args>*>(params[I])...};
     gridDim = {g[0], g[1], g[2]};
     blockDim = {b[0], b[1], b[2]};
-    for (unsigned bz = 0; bz < g[2]; ++bz)
-        for (unsigned by = 0; by < g[1]; ++by)
-            for (unsigned bx = 0; bx < g[0]; ++bx) {
+    nk_fiber* fibers = nullptr;
+    char* stacks = nullptr;
+    if (cooperative) {
+        const unsigned n = b[0] * b[1] * b[2];
+        fibers = new nk_fiber[n];
+        stacks = new char[n * NK_STACK];
+        nk_body = [&args, kernel]() { kernel(std::get<I>(args)...); };
+    }
+    int status = 0;
+    for (unsigned bz = 0; bz < g[2] && !status; ++bz)
+        for (unsigned by = 0; by < g[1] && !status; ++by)
+            for (unsigned bx = 0; bx < g[0] && !status; ++bx) {
                 blockIdx = {bx, by, bz};
+                nk_poison_shared();
+                if (cooperative) {
+                    status = nk_run_block(b, fibers, stacks);
+                    continue;
+                }
                 for (unsigned tz = 0; tz < b[2]; ++tz)
                     for (unsigned ty = 0; ty < b[1]; ++ty)
                         for (unsigned tx = 0; tx < b[0]; ++tx) {
@@ -244,21 +363,67 @@ static void nk_run(void (*kernel)(Args...), void** params, const unsigned* g, co
                             kernel(std::get<I>(args)...);
                         }
             }
+    nk_body = nullptr;
+    delete[] fibers;
+    delete[] stacks;
+    return status;
 }
 
 template <class... Args>
-static void nk_launch(void (*kernel)(Args...), void** params, const unsigned* g, const unsigned* b) {
-    nk_run(kernel, params, g, b, std::index_sequence_for<Args...>{});
+static int nk_launch(void (*kernel)(Args...), void** params, const unsigned* g, const unsigned* b, int cooperative) {
+    return nk_run(kernel, params, g, b, cooperative, std::index_sequence_for<Args...>{});
 }
+#line 1 "cuda_source.cu"
 """
 
-# Kernels whose threads must run together cannot be run one thread after another.
-_NEEDS_CONCURRENT_THREADS = re.compile(
-    r"__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot_sync|__any_sync|__all_sync|__activemask"
-    r"|\bcooperative_groups\b")
+# What cannot run on threads that take turns at barriers.
+_UNSUPPORTED = re.compile(
+    r"__syncthreads_(?:count|and|or)\b|__syncwarp|__shfl\w*|__ballot_sync|__any_sync|__all_sync|__activemask"
+    r"|\bcooperative_groups\b|\bextern\s+__shared__")
+_SYNCTHREADS = re.compile(r"\b__syncthreads\s*\(")
+_SHARED = re.compile(r"\b__shared__\b([^;{}]*);")
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?void\s+(\w+)\s*\(([^)]*)\)')
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _libraries = {}  # source hash -> loaded library, so each source compiles once per process
+
+
+def _blank_comments(code):
+    """``code`` with every comment turned into spaces (same length, same lines)."""
+    return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
+
+
+def _declarators(text):
+    """The names declared by ``float a[16][17], b[16]`` (commas inside brackets or parentheses kept)."""
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    parts.append(text[start:])
+    names = []
+    for part in parts:
+        head = re.sub(r"\[[^\]]*\]", " ", part).split("=")[0]
+        head = re.sub(r"__align__\s*\([^)]*\)", " ", head)
+        ids = re.findall(r"[A-Za-z_]\w*", head)
+        if ids:
+            names.append(ids[-1])
+    return names
+
+
+def _with_shared_registered(code, blanked):
+    """``code`` with each ``__shared__`` declaration made static and registered (see _PRELUDE)."""
+    out, last = [], 0
+    for m in _SHARED.finditer(blanked):
+        decl = code[m.start(1):m.end(1)]
+        registered = " ".join(f"static const bool nk_shared_{name} = nk_register_shared((void*)&{name}, "
+                              f"sizeof({name}));" for name in _declarators(blanked[m.start(1):m.end(1)]))
+        out += [code[last:m.start()], f"static {decl}; {registered}"]
+        last = m.end()
+    return "".join(out) + code[last:]
 
 
 def _build_dir():
@@ -294,26 +459,27 @@ class RawModule:
             raise RuntimeError("the host stand-in for cupy needs g++, which is not installed")
         if options:
             raise NotImplementedError(f"the host stand-in for cupy takes no compiler options, got {options!r}")
-        bare = _COMMENT.sub(" ", code)
-        found = _NEEDS_CONCURRENT_THREADS.search(bare)
+        bare = _blank_comments(code)
+        found = _UNSUPPORTED.search(bare)
         if found:
             raise NotImplementedError(
-                f"the host stand-in for cupy runs the threads of a block one after another, so it cannot run "
-                f"kernels that use {found.group(0)}; run them on a GPU")
+                f"the host stand-in for cupy runs the threads of a block one after another (taking turns at "
+                f"__syncthreads()), so it cannot run kernels that use {found.group(0)}; run them on a GPU")
+        self._cooperative = bool(_SYNCTHREADS.search(bare))
         self._params = {name: [p.strip() for p in params.split(",") if p.strip()]
                         for name, params in _KERNEL.findall(bare)}
         exports = "".join(
-            f'extern "C" int nk_describe_{k}(int* p, long* s, char* t, int n) '
-            f"{{ return nk_describe({k}, p, s, t, n); }}\n"
-            f'extern "C" void nk_launch_{k}(void** a, const unsigned* g, const unsigned* b) '
-            f"{{ nk_launch({k}, a, g, b); }}\n" for k in self._params)
-        self._lib = _compile(_PRELUDE + code + _LAUNCHER + exports)
+            f'extern "C" int nk_describe_{k}(int* nk_p, long* nk_s, char* nk_t, int nk_n) '
+            f"{{ return nk_describe({k}, nk_p, nk_s, nk_t, nk_n); }}\n"
+            f'extern "C" int nk_launch_{k}(void** nk_a, const unsigned* nk_g, const unsigned* nk_b, int nk_c) '
+            f"{{ return nk_launch({k}, nk_a, nk_g, nk_b, nk_c); }}\n" for k in self._params)
+        self._lib = _compile(_PRELUDE + _LAUNCHER + _with_shared_registered(code, bare) + "\n" + exports)
 
     def get_function(self, name):
         if name not in self._params:
             raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name!r} "
                                '(only extern "C" __global__ kernels are found by name)')
-        return _Function(self._lib, name, self._params[name])
+        return _Function(self._lib, name, self._params[name], self._cooperative)
 
 
 def _dims(value, what, name, limits):
@@ -329,11 +495,14 @@ def _dims(value, what, name, limits):
 
 
 class _Function:
-    def __init__(self, lib, name, param_texts):
+    def __init__(self, lib, name, param_texts, cooperative=False):
         self.name = name
+        self._lib = lib
+        self._cooperative = int(cooperative)
         self._launch = getattr(lib, f"nk_launch_{name}")
-        self._launch.restype = None
-        self._launch.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint)]
+        self._launch.restype = ctypes.c_int
+        self._launch.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
+                                 ctypes.c_int]
         describe = getattr(lib, f"nk_describe_{name}")
         n = describe(None, None, None, 0)  # the compiler's count; the source text only labels messages
         is_pointer, size, kind = (ctypes.c_int * n)(), (ctypes.c_long * n)(), (ctypes.c_char * max(n, 1))()
@@ -348,16 +517,21 @@ class _Function:
         if block[0] * block[1] * block[2] > _THREADS_PER_BLOCK:
             raise ValueError(f"{self.name}: block {block} has more than {_THREADS_PER_BLOCK} threads")
         if shared_mem:
-            raise NotImplementedError(f"{self.name}: shared memory needs the threads of a block to run together")
+            raise NotImplementedError(f"{self.name}: the host stand-in for cupy has no dynamic shared memory "
+                                      "(shared_mem); declare fixed-size __shared__ arrays in the kernel")
         args = tuple(args)
         if len(args) != len(self._signature):
             raise TypeError(f"{self.name} takes {len(self._signature)} arguments "
                             f"({', '.join(p[3] for p in self._signature)}), got {len(args)}")
         cells = [self._bytes_of(k, a) for k, a in enumerate(args)]  # kept alive until the launch returns
         params = (ctypes.c_void_p * max(len(cells), 1))(*[c.ctypes.data for c in cells])
-        self._launch(params, (ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block))
+        status = self._launch(params, (ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), self._cooperative)
         for array in list(_live_arrays):
             array._check_guards(self.name)
+        if status:
+            error = self._lib.nk_error
+            error.restype = ctypes.c_char_p
+            raise RuntimeError(f"{self.name}: {error().decode()}")
 
     def _bytes_of(self, k, arg):
         """The bytes cupy would pass for argument ``k``, refused where the kernel would misread them."""
