@@ -13,15 +13,13 @@ from . import ops
 from .ops import *
 from . import init, nn, optim, viz
 
-if backend_selection.BACKEND == "nd":
-    from . import backend_ndarray
-
 _LAZY_SUBMODULES = ("data", "apps", "backend_ndarray")
 
 
 def __getattr__(name):
     # data/apps import the modules above (and apps imports data), so they are
-    # loaded on first use; in numpy mode backend_ndarray is too.
+    # loaded on first use; so is backend_ndarray where the array API has not
+    # already imported it.
     if name in _LAZY_SUBMODULES:
         module = _importlib.import_module(f".{name}", __name__)
         globals()[name] = module

@@ -157,6 +157,53 @@ def as_strided(a, shape, strides):
     )
 
 
+def device_of(a):
+    """The device an array lives on: numpy mode has one."""
+    return _CPU
+
+
+def greater(a, b):
+    """a > b as 0.0/1.0 in a's dtype, as NDArray comparisons give (numpy's are booleans)."""
+    return numpy.greater(a, b).astype(a.dtype)
+
+
+def equal(a, b):
+    """a == b as 0.0/1.0 in a's dtype."""
+    return numpy.equal(a, b).astype(a.dtype)
+
+
+def col2im(cols, image_shape, stride):
+    """The adjoint of the (N, Ho, Wo, K, K, C) window view of an NHWC image of ``image_shape``:
+    out[n, i*s + ki, j*s + kj, c] += cols[n, i, j, ki, kj, c], one strided add per (ki, kj)."""
+    n, ho, wo, k, _, c = cols.shape
+    s = int(stride)
+    out = numpy.zeros(tuple(int(x) for x in image_shape), dtype=cols.dtype)
+    for ki in range(k):
+        for kj in range(k):
+            out[:, ki:ki + s * (ho - 1) + 1:s, kj:kj + s * (wo - 1) + 1:s, :] += cols[:, :, :, ki, kj, :]
+    return out
+
+
+def sgd_update(param, grad, u, lr, momentum, weight_decay):
+    """One SGD step (the formula of the NDArray backends' fused kernel, in the arrays' dtype):
+    g = grad + weight_decay * param; u = momentum * u + (1 - momentum) * g in place (when u is
+    not None); returns param - lr * u (lr * g without u)."""
+    g = grad + param * weight_decay if weight_decay else grad
+    if u is not None:
+        u[...] = u * momentum + g * (1 - momentum)
+        g = u
+    return param - g * lr
+
+
+def adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """One Adam step; ``m`` and ``v`` are updated in place; returns the new parameter:
+    param - (m * (lr / c1)) / (sqrt(v / c2) + eps) with the bias corrections c1, c2 of the step."""
+    g = grad + param * weight_decay if weight_decay else grad
+    m[...] = m * beta1 + g * (1 - beta1)
+    v[...] = v * beta2 + (g * g) * (1 - beta2)
+    return param - (m * (lr / c1)) / (numpy.sqrt(v * (1.0 / c2)) + eps)
+
+
 def element_strides(a):
     """Strides of a numpy array in elements (NDArray.strides already are)."""
     return tuple(s // a.itemsize for s in a.strides)

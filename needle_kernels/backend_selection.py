@@ -6,8 +6,10 @@
 * ``np``: ``cached_data`` is a ``numpy.ndarray`` (float32 by default; a floating
   array keeps its dtype, so float64 stays float64); one CPU device.
 
-The choice is made once, at import time, because every op is written against
-``array_api`` and must not branch on the mode in its hot path.
+The choice is made once, at import time, and only here: every op, module and
+optimizer is written against ``array_api`` (both array APIs offer the same
+functions, fused optimizer updates and col2im included), so no code above it
+tests the mode.
 """
 import os
 
@@ -23,15 +25,9 @@ if BACKEND == "nd":
         cpu_numpy,
         cuda,
         default_device,
+        device_of,
+        element_strides,
     )
-
-    def device_of(array):
-        """The device an array lives on."""
-        return array.device
-
-    def element_strides(array):
-        """Strides of an array in elements."""
-        return tuple(array.strides)
 
 elif BACKEND == "np":
     import numpy
@@ -44,14 +40,11 @@ elif BACKEND == "np":
         cpu_numpy,
         cuda,
         default_device,
+        device_of,
         element_strides,
     )
 
     NDArray = numpy.ndarray
-
-    def device_of(array):
-        """The device an array lives on (numpy mode has only ``cpu()``)."""
-        return cpu()
 
 else:
     raise ImportError(

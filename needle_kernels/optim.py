@@ -3,15 +3,11 @@ built and no Tensor outlives a step (``autograd.TENSOR_COUNTER`` stays flat)."""
 import math
 
 from .autograd import Tensor
-from .backend_selection import BACKEND
+from .backend_selection import array_api, device_of
 
-# NDArray backends have one fused kernel per update rule: a step is one pass
-# over each parameter instead of a dozen element-wise kernels and temporaries.
-# numpy mode keeps the plain formulas below.
-if BACKEND == "nd":
-    from .backend_ndarray import ndarray as _fused
-else:
-    _fused = None
+# Each update rule is one call of the array API (sgd_update, adam_update): on
+# NDArrays a fused kernel, one pass over each parameter instead of a dozen
+# element-wise kernels and temporaries; in numpy mode the same formula in numpy.
 
 
 class Optimizer:
@@ -32,12 +28,8 @@ class Optimizer:
         return clip_grad_norm(self.params, max_norm)
 
 
-def _grad(p, weight_decay):
-    """The gradient array of p, with L2 weight decay ``weight_decay * p`` added."""
-    grad = p.grad.realize_cached_data()
-    if weight_decay:
-        grad = grad + p.realize_cached_data() * weight_decay
-    return grad
+def _zeros_like(array):
+    return array_api.full(array.shape, 0.0, dtype=array.dtype, device=device_of(array))
 
 
 def _assign(p, array):
@@ -60,19 +52,6 @@ class SGD(Optimizer):
         self.u = {}
 
     def step(self):
-        if _fused is not None:
-            return self._fused_step()
-        for p in self.params:
-            if p.grad is None:
-                continue
-            grad = _grad(p, self.weight_decay)
-            if self.momentum:
-                prev = self.u.get(p)
-                grad = grad * (1 - self.momentum) if prev is None else prev * self.momentum + grad * (1 - self.momentum)
-                self.u[p] = grad
-            _assign(p, p.realize_cached_data() - grad * self.lr)
-
-    def _fused_step(self):
         for p in self.params:
             if p.grad is None:
                 continue
@@ -81,8 +60,8 @@ class SGD(Optimizer):
             if self.momentum:
                 u = self.u.get(p)
                 if u is None:  # zeros: the first step then gives (1 - momentum) * grad exactly
-                    u = self.u[p] = _fused.zeros(param.shape, device=param.device)
-            _assign(p, _fused.sgd_update(
+                    u = self.u[p] = _zeros_like(param)
+            _assign(p, array_api.sgd_update(
                 param, p.grad.realize_cached_data(), u, self.lr, self.momentum, self.weight_decay))
 
 
@@ -108,29 +87,15 @@ class Adam(Optimizer):
         self.t += 1
         b1, b2 = self.beta1, self.beta2
         c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-        if _fused is not None:
-            return self._fused_step(c1, c2)
-        for p in self.params:
-            if p.grad is None:
-                continue
-            grad = _grad(p, self.weight_decay)
-            m, v = self.m.get(p), self.v.get(p)
-            m = grad * (1 - b1) if m is None else m * b1 + grad * (1 - b1)
-            v = (grad * grad) * (1 - b2) if v is None else v * b2 + (grad * grad) * (1 - b2)
-            self.m[p], self.v[p] = m, v
-            step = (m * (self.lr / c1)) / ((v * (1.0 / c2)) ** 0.5 + self.eps)
-            _assign(p, p.realize_cached_data() - step)
-
-    def _fused_step(self, c1, c2):
         for p in self.params:
             if p.grad is None:
                 continue
             param = p.realize_cached_data()
             m = self.m.get(p)
             if m is None:  # zeros: the first step then gives the unfused formula's values exactly
-                m = self.m[p] = _fused.zeros(param.shape, device=param.device)
-                self.v[p] = _fused.zeros(param.shape, device=param.device)
-            _assign(p, _fused.adam_update(
+                m = self.m[p] = _zeros_like(param)
+                self.v[p] = _zeros_like(param)
+            _assign(p, array_api.adam_update(
                 param, p.grad.realize_cached_data(), m, self.v[p],
                 self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, c1, c2))
 
@@ -153,5 +118,4 @@ def clip_grad_norm(params, max_norm):
 
 def _sq(array):
     """The sum of squares of an array, as a Python float."""
-    s = (array * array).sum()
-    return float(s.numpy() if hasattr(s, "numpy") else s)
+    return float(array_api.sum(array * array))

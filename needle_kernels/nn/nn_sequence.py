@@ -184,7 +184,8 @@ class LSTM(Module):
 
 
 def _host(a):
-    return a if isinstance(a, np.ndarray) else a.numpy()
+    # a numpy array as is; an NDArray converts itself (__array__)
+    return np.asarray(a)
 
 
 def _like(x, a):

@@ -11,12 +11,7 @@ with strides ``(sN, s*sH, s*sW, sH, sW, sC)``. Reshaping ``cols`` to
 weight seen as ``(K*K*C_in, C_out)`` is the convolution.
 """
 from ..autograd import Tensor, TensorOp
-from ..backend_selection import BACKEND, array_api, device_of, element_strides
-
-if BACKEND == "nd":
-    from ..backend_ndarray.ndarray import col2im as _col2im_kernel  # one gather pass (a backend extension)
-else:
-    _col2im_kernel = None
+from ..backend_selection import array_api, device_of, element_strides
 from .ops_mathematic import Pad, Reshape, crop, reshape, transpose
 
 
@@ -132,9 +127,9 @@ def im2col(a, kernel_size, stride=1):
 class Col2Im(TensorOp):
     """The adjoint of im2col: out (NHWC ``image_shape``) = sum over windows of their entries.
 
-    out[n, i*s + ki, j*s + kj, c] += cols[n, i, j, ki, kj, c]: the backend's col2im
-    kernel on NDArrays; in numpy mode one strided add per kernel offset (ki, kj),
-    never a loop over pixels.  da = im2col(g).
+    out[n, i*s + ki, j*s + kj, c] += cols[n, i, j, ki, kj, c]: ``array_api.col2im``,
+    a backend kernel on NDArrays and one strided add per kernel offset (ki, kj)
+    in numpy mode, never a loop over pixels.  da = im2col(g).
     """
 
     def __init__(self, image_shape, stride=1):
@@ -142,16 +137,7 @@ class Col2Im(TensorOp):
         self.stride = int(stride)
 
     def compute(self, cols):
-        if _col2im_kernel is not None:
-            return _col2im_kernel(cols, self.image_shape, self.stride)
-        n, ho, wo, k, _, c = cols.shape
-        s = self.stride
-        out = array_api.full(self.image_shape, 0.0, dtype=cols.dtype, device=device_of(cols))
-        for ki in range(k):
-            for kj in range(k):
-                window = (slice(None), slice(ki, ki + s * (ho - 1) + 1, s), slice(kj, kj + s * (wo - 1) + 1, s))
-                out[window] = out[window] + cols[:, :, :, ki, kj, :]
-        return out
+        return array_api.col2im(cols, self.image_shape, self.stride)
 
     def gradient(self, out_grad, node):
         return im2col(out_grad, node.inputs[0].shape[3], self.stride)

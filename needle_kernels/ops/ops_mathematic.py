@@ -65,11 +65,6 @@ def _normalize_axes(axes, ndim, name):
     return tuple(sorted(out))
 
 
-def _float_mask(mask, dtype):
-    # NDArray comparisons already give 0.0/1.0 floats; numpy gives booleans
-    return mask.astype(dtype) if isinstance(mask, numpy.ndarray) else mask
-
-
 def _const(array):
     return Tensor.make_const(array)
 
@@ -288,8 +283,7 @@ class ReLU(TensorOp):
         return array_api.maximum(a, 0.0)
 
     def gradient(self, out_grad, node):
-        a = node.inputs[0].realize_cached_data()
-        return out_grad * _const(_float_mask(a > 0, a.dtype))
+        return out_grad * _const(array_api.greater(node.inputs[0].realize_cached_data(), 0.0))
 
 
 def relu(a):
@@ -469,7 +463,7 @@ class Max(TensorOp):
         axes = _normalize_axes(self.axes, len(a.shape), "amax")
         kept = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
         top = array_api.broadcast_to(array_api.reshape(node.realize_cached_data(), kept), a.shape)
-        mask = _const(_float_mask(a.realize_cached_data() == top, top.dtype))
+        mask = _const(array_api.equal(a.realize_cached_data(), top))
         return broadcast_to(reshape(out_grad, kept), a.shape) * mask
 
 
