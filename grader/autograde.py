@@ -187,6 +187,10 @@ def _autograde(course, assignment, jobs, log) -> AutogradeReport:
             except Exception:  # noqa: BLE001
                 continue
             report.scores[student] = (sub.score, sub.max_score, sub.late_submission_penalty or 0.0)
+    # copies of the package's code or of another student's: private notes for the instructor
+    from grader.similarity import similarity
+
+    similarity(course, assignment)
     for student in students:
         report.notes[student] = notes.lines(course.root, assignment, student)
     report.seconds = time.monotonic() - start

@@ -185,6 +185,19 @@ def cmd_export(args):
     print(f"exported {count} student(s) of {args.assignment} to {args.to}")
 
 
+def cmd_similarity(args):
+    from grader.course import load_course
+    from grader.similarity import similarity, similarity_lines
+
+    report = similarity(load_course(), args.assignment)
+    lines = similarity_lines(report)
+    for line in lines:
+        print(line)
+    print(f"{len(report.package)} copy(ies) of the package's code, {len(report.shared)} group(s) of "
+          f"submissions sharing code, {report.common} common solution(s) left out; "
+          "recorded as instructor notes (grader export shows them)")
+
+
 def cmd_roster(args):
     from grader.course import load_course
     from grader.export import import_roster
@@ -278,6 +291,8 @@ def build_parser():
     p.add_argument("--no-release", action="store_true")
     p = command("export", cmd_export, "write the grades as CSV")
     p.add_argument("--to", required=True, help="output CSV file")
+    command("similarity", cmd_similarity,
+            "find solutions that are the package's code or another student's (instructor notes)")
     p = command("roster", cmd_roster, "add students from a CSV (id, first_name, last_name, email, lms_user_id)",
                 assignment=False)
     p.add_argument("file")

@@ -1,5 +1,8 @@
 """`grader export ASSIGNMENT --to FILE.csv`: one row per student, one column per graded cell.
 
+The last column holds the instructor's private notes (copies of the package's code or of
+another student's, found by `grader similarity`), never shown to students.
+
 Read from the gradebook only, so it shows manual grades and late penalties as they
 are now. Students without a submission get an empty row marked `submitted = no`.
 """
@@ -7,11 +10,11 @@ are now. Students without a submission get an empty row marked `submitted = no`.
 import csv
 from pathlib import Path
 
-from grader import GraderError
+from grader import GraderError, notes
 
 FIXED = ["student_id", "lms_user_id", "first_name", "last_name", "email", "submitted",
          "timestamp", "seconds_late"]
-TOTALS = ["raw_score", "late_penalty", "score", "max_score", "needs_manual_grade"]
+TOTALS = ["raw_score", "late_penalty", "score", "max_score", "needs_manual_grade", "instructor_notes"]
 
 
 def _num(value):
@@ -46,7 +49,8 @@ def export_rows(course, assignment):
                 submitted="yes", timestamp=str(sub.timestamp or ""), seconds_late=_num(sub.total_seconds_late),
                 raw_score=_num(sub.score), late_penalty=_num(sub.late_submission_penalty or 0),
                 score=_num(max(sub.score - (sub.late_submission_penalty or 0), 0)),
-                max_score=_num(sub.max_score), needs_manual_grade="yes" if sub.needs_manual_grade else "no")
+                max_score=_num(sub.max_score), needs_manual_grade="yes" if sub.needs_manual_grade else "no",
+                instructor_notes=" | ".join(notes.instructor_lines(course.root, assignment, student.id)))
             for nb, cell in cells:
                 row[f"{nb}:{cell}"] = _num(scores.get((nb, cell)))
             rows.append(row)

@@ -2,7 +2,9 @@
 
 One JSON file per student and assignment under `.grader/notes/`, made of named
 sections (`timestamp`, `kernel`, `execution:ps1`, ...) so that a re-run replaces a
-section instead of repeating it.
+section instead of repeating it. Sections recorded as private (`instructor:...`, such
+as similarity with the package's code or another student's) are for the instructor:
+`grader export` and `grader similarity` show them, feedback never does.
 """
 
 import json
@@ -19,8 +21,12 @@ def load(course_root, assignment, student) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def record(course_root, assignment, student, section, lines) -> None:
-    """Replace `section` with `lines` (an empty list removes it)."""
+PRIVATE = "instructor:"
+
+
+def record(course_root, assignment, student, section, lines, private=False) -> None:
+    """Replace `section` with `lines` (an empty list removes it); `private`: instructor only."""
+    section = PRIVATE + section if private else section
     path = _path(course_root, assignment, student)
     data = load(course_root, assignment, student)
     if lines:
@@ -34,6 +40,12 @@ def record(course_root, assignment, student, section, lines) -> None:
 
 
 def lines(course_root, assignment, student) -> list:
-    """All notes of a submission, in a stable order."""
+    """The notes a student may see (the private sections left out), in a stable order."""
     data = load(course_root, assignment, student)
-    return [line for section in sorted(data) for line in data[section]]
+    return [line for section in sorted(data) if not section.startswith(PRIVATE) for line in data[section]]
+
+
+def instructor_lines(course_root, assignment, student) -> list:
+    """The private notes of a submission, for the instructor only."""
+    data = load(course_root, assignment, student)
+    return [line for section in sorted(data) if section.startswith(PRIVATE) for line in data[section]]

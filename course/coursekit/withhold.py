@@ -58,6 +58,7 @@ class Part:
     objects: list = field(default_factory=list)    # the package objects, switched in place
     kind: str = ""                  # "class" or "function"
     fingerprints: set = field(default_factory=set)  # of the package's code, to recognise copies
+    blocked: bool = False           # a package object with no student twin: off while graded
 
 
 class _State:
@@ -160,7 +161,7 @@ def _source_fingerprint(obj):
 
 def _why_not_students(part, candidate):
     """Why ``candidate`` cannot be the student's ``part`` (None when it can)."""
-    pkg = f"{PACKAGE}.{part.paths[0]}"
+    pkg = f"{PACKAGE}.{part.paths[0]}" if part.paths else PACKAGE
     mine = f"{part.task}: {part.name} is yours to write in this assignment"
     if candidate is None:
         return f"{mine}; this notebook does not define it yet"
@@ -174,6 +175,8 @@ def _why_not_students(part, candidate):
                 return f"{mine}; it may not subclass the package's {pkg}"
     elif not callable(candidate):
         return f"{mine}; it must be a function, not {type(candidate).__name__}"
+    if any(id(base) in _STATE.by_object for base in getattr(candidate, "__mro__", ())[1:]):
+        return f"{mine}; it may not subclass the package's objects that do this assignment's work"
     module = getattr(candidate, "__module__", "") or ""
     if module == PACKAGE or module.startswith(PACKAGE + "."):
         return f"{mine}; {module}.{getattr(candidate, '__qualname__', part.name)} comes from the package"
@@ -199,19 +202,33 @@ def students(name):
 
 # ---- the switches ----------------------------------------------------------------------------
 
+def _refusal(part):
+    if part.blocked:
+        return WithheldError(f"{part.task}: {PACKAGE}.{part.name} would do this assignment's work; "
+                             "write your own (the package's runs only in the course's set-up cells)")
+    return WithheldError(f"{part.task}: {part.name} is yours to write in this assignment; "
+                         f"the package's {PACKAGE}.{part.paths[0]} runs only inside the tests")
+
+
 def _reference_impl(name, attribute):
     if name not in _STATE.reference:
-        part = _STATE.parts[name]
-        raise WithheldError(f"{part.task}: {name} is yours to write in this assignment; "
-                            f"the package's {PACKAGE}.{part.paths[0]} runs only inside the tests")
+        raise _refusal(_STATE.parts[name])
     return _STATE.impls[(name, attribute)]
+
+
+def _replacement(name):
+    """The object that stands in for the package's ``name`` now: the student's, or an error."""
+    part = _STATE.parts[name]
+    if part.blocked:
+        raise _refusal(part)
+    return students(name)
 
 
 def call_function(name, args, kwargs):
     """What a withheld package function does when called: the student's, or the reference."""
     if name in _STATE.reference:
         return _STATE.impls[(name, None)](*args, **kwargs)
-    return students(name)(*args, **kwargs)
+    return _replacement(name)(*args, **kwargs)
 
 
 def _switch_function(part, func):
@@ -258,12 +275,14 @@ def _switch_class(part, cls):
     def __new__(klass, *args, **kwargs):
         if klass is cls and name not in _STATE.reference:
             # an instance of the student's class: Python then skips the package's __init__
-            return students(name)(*args, **kwargs)
+            return _replacement(name)(*args, **kwargs)
         if base_new is object.__new__:
             return object.__new__(klass)
         return base_new(klass, *args, **kwargs)
 
     def __init_subclass__(klass, **kwargs):
+        if part.blocked:
+            raise _refusal(part)
         raise WithheldError(f"{part.task}: {name} is yours to write in this assignment; "
                             f"subclass its base ({cls.__mro__[1].__name__}), not the package's "
                             f"{PACKAGE}.{part.paths[0]}")
@@ -317,8 +336,13 @@ def _first_cell():
     return ip is None or len(ip.user_ns.get("In", ())) <= 2
 
 
-def start(assignment, tasks, namespace=None):
+def start(assignment, tasks, blocked=(), namespace=None):
     """Withhold every part that ``tasks`` ({task id: {notebook name: package path(s)}}) names.
+
+    A part may name no package path (``"grad_x": ()``) when the package has no twin of it:
+    it is still checked to be the notebook's own. ``blocked`` lists package objects that
+    would do the assignment's work without being a part's twin (``["nn.Linear"]``): they
+    refuse to run while the assignment runs, tests included, except in ``reference()``.
 
     Run it as the first code cell of the notebook; running it again is harmless. Code run
     before it could keep unswitched package objects, so grading refuses to go on if any
@@ -330,44 +354,45 @@ def start(assignment, tasks, namespace=None):
         return
     _STATE.started_late = not _first_cell()
     _STATE.namespace = namespace
-    for task, names in tasks.items():
-        for name, paths in names.items():
-            paths = (paths,) if isinstance(paths, str) else tuple(paths)
-            part = Part(task, name, paths)
-            for path in paths:
-                module, attribute, obj = _resolve(path)
-                if id(obj) in _STATE.by_object:
-                    continue        # a re-export of an object already switched
-                if isinstance(obj, type):
-                    kind = "class"
-                elif isinstance(obj, types.FunctionType):
-                    kind = "function"
-                elif callable(obj) and not hasattr(obj, "__code__"):
-                    kind = "extension"
-                else:
-                    raise TypeError(f"{PACKAGE}.{path}: only classes and functions can be withheld")
-                part.kind = part.kind or ("function" if kind == "extension" else kind)
-                if kind != "extension":
-                    part.fingerprints |= {fingerprint(obj), _source_fingerprint(obj)} - {None}
-                defining = sys.modules[obj.__module__] if kind != "extension" else module
-                if getattr(defining, "__file__", None) and kind != "extension":
-                    _STATE.module_files.add(os.path.abspath(defining.__file__))
-                if kind == "class":
-                    _switch_class(part, obj)
-                elif kind == "function":
-                    _switch_function(part, obj)
-                else:
-                    obj = _switch_extension_function(part, module, attribute)
-                part.objects.append(obj)
-                _STATE.by_object[id(obj)] = part
-            _STATE.parts[name] = part
+    declared = [(task, name, paths, False) for task, names in tasks.items() for name, paths in names.items()]
+    declared += [(assignment, path, path, True) for path in blocked]
+    for task, name, paths, is_blocked in declared:
+        paths = (paths,) if isinstance(paths, str) else tuple(paths)
+        part = Part(task, name, paths, blocked=is_blocked)
+        for path in paths:
+            module, attribute, obj = _resolve(path)
+            if id(obj) in _STATE.by_object:
+                continue        # a re-export of an object already switched
+            if isinstance(obj, type):
+                kind = "class"
+            elif isinstance(obj, types.FunctionType):
+                kind = "function"
+            elif callable(obj) and not hasattr(obj, "__code__"):
+                kind = "extension"
+            else:
+                raise TypeError(f"{PACKAGE}.{path}: only classes and functions can be withheld")
+            part.kind = part.kind or ("function" if kind == "extension" else kind)
+            if kind != "extension":
+                part.fingerprints |= {fingerprint(obj), _source_fingerprint(obj)} - {None}
+            defining = sys.modules[obj.__module__] if kind != "extension" else module
+            if getattr(defining, "__file__", None) and kind != "extension":
+                _STATE.module_files.add(os.path.abspath(defining.__file__))
+            if kind == "class":
+                _switch_class(part, obj)
+            elif kind == "function":
+                _switch_function(part, obj)
+            else:
+                obj = _switch_extension_function(part, module, attribute)
+            part.objects.append(obj)
+            _STATE.by_object[id(obj)] = part
+        _STATE.parts[name] = part
     _STATE.assignment = assignment
     sys.addaudithook(_audit)
 
 
 def parts(task=None):
     """The withheld parts (of one task), in declaration order."""
-    return [p for p in _STATE.parts.values() if task is None or p.task == task]
+    return [p for p in _STATE.parts.values() if not p.blocked and (task is None or p.task == task)]
 
 
 @contextmanager
@@ -387,13 +412,13 @@ def grading(task, *names):
         raise WithheldError(f"{_STATE.assignment}: cells ran before the notebook's first cell; "
                             "restart the kernel and run the notebook from the top")
     under_test = set(names) if names else {p.name for p in parts(task)}
-    unknown = under_test - set(_STATE.parts)
+    unknown = under_test - {p.name for p in parts()}
     if unknown:
         raise LookupError(f"{task}: {sorted(unknown)} are not withheld parts of {_STATE.assignment}")
     for name in sorted(under_test, key=list(_STATE.parts).index):
         students(name)
     namespace = _namespace()
-    others = [p for p in _STATE.parts.values() if p.name not in under_test]
+    others = [p for p in parts() if p.name not in under_test]
     missing = object()
     saved = {p.name: namespace.get(p.name, missing) for p in others}
     _STATE.in_scope = True

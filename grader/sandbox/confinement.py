@@ -78,7 +78,10 @@ class Confinement:
         cmd += ["--ro-bind", "/usr", "/usr"]
         for name in ETC_FILES:
             cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        shown = _outermost(self.readonly)
+        # packages appear at their host paths too: an editable install's import finder
+        # (setuptools' __editable__ mapping, in the venv) looks for them there, before
+        # PYTHONPATH is consulted
+        shown = _outermost(self.readonly + list(self.packages.values()))
         for parent in _ancestors(shown):
             # bwrap would create these 0700 (root only), hiding what is bound below them
             cmd += ["--perms", "0755", "--dir", parent]
