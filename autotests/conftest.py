@@ -15,3 +15,6 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 if "NEEDLE_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
     # Tests use the real MNIST/PTB files when they sit beside the checkout.
     os.environ["NEEDLE_DATA_DIR"] = str(SHARED_DATA)
+
+
+from figures import FIGURES_ENV, pytest_configure, pytest_terminal_summary  # noqa: E402,F401

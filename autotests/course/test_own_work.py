@@ -39,6 +39,9 @@ sys.path.insert(0, str(REPO / "autotests" / "grader"))
 sys.path.insert(0, str(REPO))
 from grader_testkit import gradebook_scores, grader, run_once  # noqa: E402
 
+sys.path.insert(0, str(REPO / "autotests"))
+from figures import report_figure  # noqa: E402
+
 from grader.similarity import declared_parts, definitions  # noqa: E402
 
 IDS = assignment_ids()
@@ -237,6 +240,9 @@ def variants(aid, release):
                               ("honest_c", HONEST_SUMMATION)]:
             out[student] = with_cells(src, lambda cell, code=code: replace_class(cell.source, "Summation", code)
                                       if "class Summation(" in cell.source else None)
+        # the rest of a class of 30, handing in the instructor's solution
+        for i in range(30 - len(out)):
+            out[f"student_{i:02d}"] = src
     return out
 
 
@@ -266,7 +272,7 @@ def grade_class(root, aid):
     similarity = grader(["similarity", aid], course, home).stdout if aid == "hw1" else ""
     export = course / "grades.csv"
     grader(["export", aid, "--to", export], course, home)
-    print(f"{aid}: {len(subs)} submissions autograded with -j 2 in {seconds:.0f} s")
+    report_figure(f"{aid}: {len(subs)} submissions autograded in sandboxes with -j 2 in {seconds:.0f} s")
     return {"scores": gradebook_scores(course, aid), "students": sorted(subs), "seconds": seconds,
             "log": log.stdout, "similarity": similarity, "export": export.read_text(),
             "errors": _errors(course, aid, subs)}
@@ -343,8 +349,9 @@ def test_every_test_cell_names_what_it_grades(aid):
 def test_solution_full_release_and_package_nothing(aid, graded):
     result = graded(aid)
     expected = points(aid)
-    full = cells_of(result["scores"], "source")
-    assert full == expected, f"{aid}: the solution earns {full}\n{result['errors'].get('source')}"
+    for student in [s for s in result["students"] if s == "source" or s.startswith("student_")]:
+        full = cells_of(result["scores"], student)
+        assert full == expected, f"{aid}: {student}'s solution earns {full}\n{result['errors'].get(student)}"
     for student in ("release", "aliases", "subclasses"):
         earned = {g: s for g, s in cells_of(result["scores"], student).items() if s}
         assert not earned, f"{aid}: {student} earns {earned}\n{result['errors'].get(student)}"
@@ -386,4 +393,3 @@ def test_similarity_notes(graded):
     assert "is the package's needle_kernels.ops.Summation" in rows["paste_renamed"]
     assert "same code as twin_b" in rows["twin_a"]
     assert "Summation" not in rows["honest_c"]
-    print(f"30-odd submissions of hw1 graded with -j 2 in {result['seconds']:.0f} s")
