@@ -14,6 +14,8 @@ TORCH  ?= auto
 BIN    := $(VENV)/bin
 # No browser is launched when there is no display to show it on.
 OPEN_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+# Containers and cloud images often log in as root, which JupyterLab refuses without this flag.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: setup lab test test-fast bench clean torch-reference
 
@@ -31,7 +33,8 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	@touch $@
 
 lab: setup
-	cd course && ../$(BIN)/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(OPEN_BROWSER)
+	@$(if $(ALLOW_ROOT),echo "running as root: JupyterLab is started with --allow-root",true)
+	cd course && $(abspath $(BIN))/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(OPEN_BROWSER) $(ALLOW_ROOT)
 
 test: setup
 	@$(MAKE) --no-print-directory torch-reference
