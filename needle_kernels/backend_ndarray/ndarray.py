@@ -16,6 +16,7 @@ import numbers
 
 import numpy as np
 
+from ..shapes import broadcast_shapes, kept_shape, normalize_axes, resolve_shape
 from .device import BackendDevice, default_device
 
 
@@ -33,18 +34,6 @@ def compact_strides(shape):
     return tuple(reversed(strides))
 
 
-def broadcast_shapes(*shapes):
-    """The numpy broadcast of shapes, or a ValueError naming them."""
-    ndim = builtins.max(len(s) for s in shapes)
-    out = []
-    for dims in zip(*[(1,) * (ndim - len(s)) + tuple(s) for s in shapes]):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
-            raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
-
-
 _PLAIN_SCALARS = (float, int)
 
 
@@ -60,21 +49,6 @@ def _check_dtype(dtype):
     if np.dtype(dtype) != np.float32:
         raise ValueError(f"NDArray supports dtype float32 only, got {dtype!r} "
                          "(leave dtype out to convert; NEEDLE_BACKEND=np keeps float64)")
-
-
-def _normalize_axes(axis, ndim, what):
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
-    out = []
-    for ax in axes:
-        if not isinstance(ax, numbers.Integral) or not -ndim <= ax < ndim:
-            raise ValueError(f"{what}: axis {ax} is out of range for an array of {ndim} dimensions")
-        ax = int(ax) % ndim
-        if ax in out:
-            raise ValueError(f"{what}: axis {ax} repeated in {axis}")
-        out.append(ax)
-    return tuple(sorted(out))
 
 
 class NDArray:
@@ -285,16 +259,7 @@ class NDArray:
         """A view with a new shape (one -1 is inferred); copies first only if the view is not contiguous."""
         if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
-        shape = tuple(int(n) for n in shape)
-        if shape.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
-        if -1 in shape:
-            known = prod(n for n in shape if n != -1)
-            if known == 0 or self.size % known:
-                raise ValueError(f"reshape: cannot reshape array of shape {self._shape} into {shape}")
-            shape = tuple(self.size // known if n == -1 else n for n in shape)
-        if prod(shape) != self.size or any(n < 0 for n in shape):
-            raise ValueError(f"reshape: cannot reshape array of shape {self._shape} ({self.size} elements) into {shape}")
+        shape = resolve_shape(shape, self._shape)
         src = self if self.is_contiguous() else self.compact()
         return NDArray._alias(shape, compact_strides(shape), self._device, src._handle, src._offset)
 
@@ -333,7 +298,7 @@ class NDArray:
 
     def flip(self, axes=None):
         """A view with the order of elements reversed along axes (negative strides, no copy)."""
-        axes = _normalize_axes(axes, self.ndim, "flip")
+        axes = normalize_axes(axes, self.ndim, "flip")
         offset, strides = self._offset, list(self._strides)
         for ax in axes:
             if self._shape[ax] > 0:
@@ -592,18 +557,18 @@ class NDArray:
         """
         if isinstance(axis, (tuple, list)) and not axis:
             raise ValueError("reduce_view_out: empty axis tuple")
-        axes = _normalize_axes(axis, self.ndim, "reduce_view_out")
+        axes = normalize_axes(axis, self.ndim, "reduce_view_out")
         kept = tuple(i for i in range(self.ndim) if i not in axes)
         view = self.permute(kept + axes)
         if len(axes) != 1:
             view = view.compact().reshape(tuple(self._shape[i] for i in kept) + (prod(self._shape[i] for i in axes),))
-        out_shape = tuple(1 if i in axes else n for i, n in enumerate(self._shape)) if keepdims else \
+        out_shape = kept_shape(self._shape, axes) if keepdims else \
             tuple(self._shape[i] for i in kept)
         return view, NDArray.make(out_shape, device=self._device)
 
     def _reduce(self, axis, keepdims, kernel):
-        axes = _normalize_axes(axis, self.ndim, kernel)
-        out_shape_keep = tuple(1 if i in axes else n for i, n in enumerate(self._shape))
+        axes = normalize_axes(axis, self.ndim, kernel)
+        out_shape_keep = kept_shape(self._shape, axes)
         out_shape = out_shape_keep if keepdims else tuple(n for i, n in enumerate(self._shape) if i not in axes)
         reduce_size = prod(self._shape[i] for i in axes)
         dev = self.device
@@ -833,7 +798,7 @@ def stack(arrays, axis=0):
 
 def split(a, axis=0):
     """The slices of ``a`` along ``axis`` (that axis removed), as a tuple of views."""
-    axis = _normalize_axes(axis, a.ndim, "split")[0]
+    axis = normalize_axes(axis, a.ndim, "split")[0]
     lead = (slice(None),) * axis
     return tuple(a[lead + (i,)] for i in range(a.shape[axis]))
 

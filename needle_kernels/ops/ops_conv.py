@@ -12,16 +12,8 @@ weight seen as ``(K*K*C_in, C_out)`` is the convolution.
 """
 from ..autograd import Tensor, TensorOp
 from ..backend_selection import array_api, device_of, element_strides
+from ..shapes import normalize_axes
 from .ops_mathematic import Pad, Reshape, crop, reshape, transpose
-
-
-def _check_axes(axes, ndim, name):
-    if isinstance(axes, int):
-        axes = (axes,)
-    axes = tuple(int(a) % ndim if -ndim <= a < ndim else None for a in axes)
-    if None in axes:
-        raise ValueError(f"{name}: axes out of range for an array of {ndim} dimensions")
-    return axes
 
 
 class Flip(TensorOp):
@@ -31,7 +23,7 @@ class Flip(TensorOp):
         self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
 
     def compute(self, a):
-        return array_api.flip(a, _check_axes(self.axes, a.ndim, "flip"))
+        return array_api.flip(a, normalize_axes(self.axes, a.ndim, "flip"))
 
     def gradient(self, out_grad, node):
         return flip(out_grad, self.axes)
@@ -55,7 +47,7 @@ class Dilate(TensorOp):
     def compute(self, a):
         if self.dilation == 0:
             return a
-        axes = _check_axes(self.axes, a.ndim, "dilate")
+        axes = normalize_axes(self.axes, a.ndim, "dilate")
         shape = tuple(n * (self.dilation + 1) if i in axes else n for i, n in enumerate(a.shape))
         out = array_api.full(shape, 0.0, dtype=a.dtype, device=device_of(a))
         out[tuple(slice(None, None, self.dilation + 1) if i in axes else slice(None) for i in range(a.ndim))] = a
@@ -79,7 +71,7 @@ class UnDilate(TensorOp):
     def compute(self, a):
         if self.dilation == 0:
             return a
-        axes = _check_axes(self.axes, a.ndim, "undilate")
+        axes = normalize_axes(self.axes, a.ndim, "undilate")
         return a[tuple(slice(None, None, self.dilation + 1) if i in axes else slice(None) for i in range(a.ndim))]
 
     def gradient(self, out_grad, node):

@@ -7,7 +7,8 @@ import numpy
 
 from ..autograd import TensorOp
 from ..backend_selection import array_api
-from .ops_mathematic import _normalize_axes, broadcast_to, exp, reshape, summation
+from ..shapes import kept_shape, normalize_axes
+from .ops_mathematic import broadcast_to, exp, reshape, summation
 
 
 class LogSoftmax(TensorOp):
@@ -21,15 +22,15 @@ class LogSoftmax(TensorOp):
         self.axis = axis
 
     def compute(self, a):
-        axis = _normalize_axes(self.axis, a.ndim, "logsoftmax")
+        axis = normalize_axes(self.axis, a.ndim, "logsoftmax")
         shifted = a - array_api.broadcast_to(array_api.max(a, axis=axis, keepdims=True), a.shape)
         lse = array_api.log(array_api.sum(array_api.exp(shifted), axis=axis, keepdims=True))
         return shifted - array_api.broadcast_to(lse, a.shape)
 
     def gradient(self, out_grad, node):
         shape = out_grad.shape
-        axis = _normalize_axes(self.axis, len(shape), "logsoftmax")
-        kept = tuple(1 if i in axis else n for i, n in enumerate(shape))
+        axis = normalize_axes(self.axis, len(shape), "logsoftmax")
+        kept = kept_shape(shape, axis)
         total = broadcast_to(reshape(summation(out_grad, axis), kept), shape)
         return out_grad - exp(node) * total
 
@@ -50,7 +51,7 @@ class LogSumExp(TensorOp):
         self.axes = None if axes is None else tuple(axes)
 
     def compute(self, a):
-        axes = _normalize_axes(self.axes, a.ndim, "logsumexp")
+        axes = normalize_axes(self.axes, a.ndim, "logsumexp")
         # clamping the max keeps an all -inf slice at -inf (instead of -inf - -inf = nan)
         m = array_api.maximum(array_api.max(a, axis=axes, keepdims=True), -3e38)
         s = array_api.sum(array_api.exp(a - array_api.broadcast_to(m, a.shape)), axis=axes, keepdims=True)
@@ -60,8 +61,8 @@ class LogSumExp(TensorOp):
 
     def gradient(self, out_grad, node):
         a = node.inputs[0]
-        axes = _normalize_axes(self.axes, len(a.shape), "logsumexp")
-        kept = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
+        axes = normalize_axes(self.axes, len(a.shape), "logsumexp")
+        kept = kept_shape(a.shape, axes)
         g = broadcast_to(reshape(out_grad, kept), a.shape)
         return g * exp(a - broadcast_to(reshape(node, kept), a.shape))
 

@@ -6,63 +6,24 @@ lowercase function. ``g`` in the docstrings is ``out_grad``, the adjoint of
 the op's output. Gradients are written with ops, so they can be
 differentiated again.
 """
-import math
 import numbers
 
 import numpy
 
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..backend_selection import array_api
+from ..shapes import broadcast_axes, broadcast_shapes, kept_shape, normalize_axes, resolve_shape
 from .ops_tuple import make_tuple
 
 
 # ---------------------------------------------------------------- helpers
 
-def _broadcast_shape(name, a, b):
-    """numpy's broadcast of two shapes, or a ValueError naming both."""
-    a, b = tuple(a), tuple(b)
-    if a == b:
-        return a
-    # the rule written out: numpy.broadcast_shapes costs several microseconds per call
-    ndim = max(len(a), len(b))
-    out = []
-    for x, y in zip((1,) * (ndim - len(a)) + a, (1,) * (ndim - len(b)) + b):
-        if x != y and x != 1 and y != 1:
-            raise ValueError(f"{name}: shapes {a} and {b} cannot be broadcast together")
-        out.append(y if x == 1 else x)
-    return tuple(out)
-
-
 def _unbroadcast(grad, shape):
-    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``.
-
-    The adjoint of a broadcast is a sum: every copy of an input element sent
-    its own contribution.
-    """
+    """Sum ``grad`` back to ``shape`` over the axes broadcasting added or stretched (see shapes.broadcast_axes)."""
     shape = tuple(shape)
     if grad.shape == shape:
         return grad
-    lead = len(grad.shape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        i + lead for i, n in enumerate(shape) if n == 1 and grad.shape[i + lead] != 1
-    )
-    return reshape(summation(grad, axes), shape)
-
-
-def _normalize_axes(axes, ndim, name):
-    """``axes`` (None, int or tuple) as a sorted tuple of non-negative ints."""
-    if axes is None:
-        return tuple(range(ndim))
-    if isinstance(axes, (int, numpy.integer)):
-        axes = (axes,)
-    out = []
-    for ax in axes:
-        if not -ndim <= ax < ndim:
-            raise ValueError(f"{name}: axis {ax} is out of range for an array of {ndim} dimensions")
-        out.append(int(ax) % ndim)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name}: repeated axis in {tuple(axes)}")
-    return tuple(sorted(out))
+    return reshape(summation(grad, broadcast_axes(shape, grad.shape)), shape)
 
 
 def _const(array):
@@ -76,7 +37,7 @@ class EWiseAdd(TensorOp):
 
     def compute(self, a, b):
         if a.shape != b.shape:
-            _broadcast_shape("add", a.shape, b.shape)
+            broadcast_shapes(a.shape, b.shape, name="add")
         return a + b
 
     def gradient(self, out_grad, node):
@@ -125,7 +86,7 @@ class EWiseMul(TensorOp):
 
     def compute(self, a, b):
         if a.shape != b.shape:
-            _broadcast_shape("multiply", a.shape, b.shape)
+            broadcast_shapes(a.shape, b.shape, name="multiply")
         return a * b
 
     def gradient(self, out_grad, node):
@@ -164,7 +125,7 @@ class EWisePow(TensorOp):
 
     def compute(self, a, b):
         if a.shape != b.shape:
-            _broadcast_shape("power", a.shape, b.shape)
+            broadcast_shapes(a.shape, b.shape, name="power")
         return array_api.exp(array_api.log(a) * b)
 
     def gradient(self, out_grad, node):
@@ -203,7 +164,7 @@ class EWiseDiv(TensorOp):
 
     def compute(self, a, b):
         if a.shape != b.shape:
-            _broadcast_shape("divide", a.shape, b.shape)
+            broadcast_shapes(a.shape, b.shape, name="divide")
         return a / b
 
     def gradient(self, out_grad, node):
@@ -338,7 +299,7 @@ class Transpose(TensorOp):
                 raise ValueError(f"transpose: needs at least 2 dimensions, got {ndim}")
             i, j = ndim - 2, ndim - 1
         elif len(self.axes) == 2:
-            i, j = (_normalize_axes((ax,), ndim, "transpose")[0] for ax in self.axes)
+            i, j = (normalize_axes((ax,), ndim, "transpose")[0] for ax in self.axes)
         else:
             if sorted(ax % ndim for ax in self.axes) != list(range(ndim)) or len(self.axes) != ndim:
                 raise ValueError(f"transpose: axes {self.axes} are not a permutation of {ndim} axes")
@@ -359,22 +320,6 @@ def transpose(a, axes=None):
     return Transpose(axes)(a)
 
 
-def _resolve_shape(shape, old_shape, name="reshape"):
-    # math.prod, not numpy.prod: this runs for every reshape, and numpy's costs microseconds per call
-    size = math.prod(old_shape)
-    shape = tuple(int(n) for n in shape)
-    if shape.count(-1) > 1:
-        raise ValueError(f"{name}: only one dimension can be -1 in {shape}")
-    if -1 in shape:
-        known = math.prod(n for n in shape if n != -1)
-        if known == 0 or size % known:
-            raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} into shape {shape}")
-        shape = tuple(size // known if n == -1 else n for n in shape)
-    if math.prod(shape) != size:
-        raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} into shape {shape}")
-    return shape
-
-
 class Reshape(TensorOp):
     """out = a viewed with a new shape (one entry may be -1).  da = reshape(g, a.shape)."""
 
@@ -382,7 +327,7 @@ class Reshape(TensorOp):
         self.shape = tuple(shape)
 
     def compute(self, a):
-        shape = _resolve_shape(self.shape, a.shape)
+        shape = resolve_shape(self.shape, a.shape)
         if tuple(a.shape) == shape:
             return a
         return array_api.reshape(a, shape)
@@ -407,7 +352,7 @@ class BroadcastTo(TensorOp):
     def compute(self, a):
         if tuple(a.shape) == self.shape:
             return a
-        if _broadcast_shape("broadcast_to", a.shape, self.shape) != self.shape:
+        if broadcast_shapes(a.shape, self.shape, name="broadcast_to") != self.shape:
             raise ValueError(f"broadcast_to: cannot broadcast shape {tuple(a.shape)} to {self.shape}")
         return array_api.broadcast_to(a, self.shape)
 
@@ -428,15 +373,15 @@ class Summation(TensorOp):
         self.axes = None if axes is None else tuple(axes)
 
     def compute(self, a):
-        axes = _normalize_axes(self.axes, a.ndim, "summation")
+        axes = normalize_axes(self.axes, a.ndim, "summation")
         if not axes:
             return a
         return array_api.sum(a, axis=axes)
 
     def gradient(self, out_grad, node):
         shape = node.inputs[0].shape
-        axes = _normalize_axes(self.axes, len(shape), "summation")
-        kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+        axes = normalize_axes(self.axes, len(shape), "summation")
+        kept = kept_shape(shape, axes)
         return broadcast_to(reshape(out_grad, kept), shape)
 
 
@@ -453,15 +398,15 @@ class Max(TensorOp):
         self.axes = None if axes is None else tuple(axes)
 
     def compute(self, a):
-        axes = _normalize_axes(self.axes, a.ndim, "amax")
+        axes = normalize_axes(self.axes, a.ndim, "amax")
         if not axes:
             return a
         return array_api.max(a, axis=axes)
 
     def gradient(self, out_grad, node):
         a = node.inputs[0]
-        axes = _normalize_axes(self.axes, len(a.shape), "amax")
-        kept = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
+        axes = normalize_axes(self.axes, len(a.shape), "amax")
+        kept = kept_shape(a.shape, axes)
         top = array_api.broadcast_to(array_api.reshape(node.realize_cached_data(), kept), a.shape)
         mask = _const(array_api.equal(a.realize_cached_data(), top))
         return broadcast_to(reshape(out_grad, kept), a.shape) * mask
@@ -486,8 +431,8 @@ class MatMul(TensorOp):
             raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not aligned")
         if (a.ndim > 2 or b.ndim > 2) and a.shape[:-2] != b.shape[:-2]:
             try:
-                numpy.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
-            except ValueError:
+                broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            except ValueError:  # name the whole shapes, not only their batch parts
                 raise ValueError(
                     f"matmul: batch dimensions of {tuple(a.shape)} and {tuple(b.shape)} cannot be broadcast"
                 ) from None
@@ -553,7 +498,7 @@ class Split(TensorTupleOp):
         self.axis = axis
 
     def compute(self, a):
-        axis = _normalize_axes(self.axis, a.ndim, "split")[0]
+        axis = normalize_axes(self.axis, a.ndim, "split")[0]
         lead = (slice(None),) * axis
         return tuple(a[lead + (i,)] for i in range(a.shape[axis]))
 
