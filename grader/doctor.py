@@ -5,7 +5,7 @@ import stat
 import sys
 from pathlib import Path
 
-from grader.sandbox.confinement import probe
+from grader.sandbox.confinement import diagnose
 
 
 def checks(course=None):
@@ -19,10 +19,13 @@ def checks(course=None):
                                 f"nbgrader {nbgrader.__version__}, jupyter_client {jupyter_client.__version__}")]
     config = course.config if course else None
     box = Sandbox(config=config) if config else Sandbox()
-    results = {mode: probe(mode) for mode in ("bwrap", "unshare")}
-    for mode, (ok, detail) in results.items():
-        # an unusable tool only blocks grading when the config insists on it
-        found.append((True if ok else (False if box.mode == mode else None), f"sandbox {mode}", detail))
+    states = {mode: diagnose(mode) for mode in ("bwrap", "unshare")}
+    results = {mode: (state == "works", detail) for mode, (state, detail) in states.items()}
+    for mode, (state, detail) in states.items():
+        # a machine that forbids namespaces only blocks grading when the config insists on
+        # that mode; a tool the machine allows but the grader cannot start is always an error
+        ok = True if state == "works" else (False if state == "grader-fault" or box.mode == mode else None)
+        found.append((ok, f"sandbox {mode}", detail))
     if box.mode == "none":
         active = (None, "WARNING: c.Sandbox.mode = 'none': submissions run unconfined")
     elif box.mode == "auto":

@@ -58,6 +58,19 @@ class Confinement:
             env["PYTHONPATH"] = PACKAGES_MOUNT
         return env
 
+    def shown_paths(self) -> list:
+        """The read-only paths and packages, less any that would reveal a hidden path.
+
+        An import path entry can be a whole checkout (an old-style editable install adds
+        the repository to sys.path), and the course, the exchange or the grader's home
+        folder may lie below it; such an entry is left out rather than exposing them.
+        """
+        wanted = self.readonly + list(self.packages.values())
+        hidden = [os.path.realpath(h) for h in self.hidden if h]
+        return [p for p in wanted if p and not any(
+            h == os.path.realpath(p) or h.startswith(os.path.realpath(p).rstrip(os.sep) + os.sep)
+            for h in hidden)]
+
     def paths_inside(self, job_dir: str) -> dict:
         """Where the job directory and this package's code are seen by the worker."""
         if self.mode == "bwrap":
@@ -78,21 +91,30 @@ class Confinement:
         cmd += ["--ro-bind", "/usr", "/usr"]
         for name in ETC_FILES:
             cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        # the private /tmp and home come before anything is bound: bwrap applies mounts in
+        # order, so a tmpfs mounted later would hide an interpreter or venv living under
+        # /tmp (a checkout there), and one living under /tmp stays visible this way
+        cmd += ["--proc", "/proc", "--dev", "/dev",
+                "--perms", "1777", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
+                "--perms", "0777", "--size", str(self.tmp_mb << 20), "--tmpfs", HOME]
         # packages appear at their host paths too: an editable install's import finder
         # (setuptools' __editable__ mapping, in the venv) looks for them there, before
         # PYTHONPATH is consulted
-        shown = _outermost(self.readonly + list(self.packages.values()))
-        for parent in _ancestors(shown):
+        wanted = self.shown_paths()
+        shown = _outermost(wanted)
+        links = _symlinks(wanted)
+        for parent in _ancestors(shown + [link for link, _ in links]):
             # bwrap would create these 0700 (root only), hiding what is bound below them
             cmd += ["--perms", "0755", "--dir", parent]
         for path in shown:
             cmd += ["--ro-bind", path, path]
+        for link, target in links:
+            # a prefix reached through a symlink (a venv linked into a checkout) is bound at
+            # its real path above; the link makes sys.executable's own path resolve inside
+            cmd += ["--symlink", target, link]
         for name, path in sorted(self.packages.items()):
             cmd += ["--ro-bind", path, f"{PACKAGES_MOUNT}/{name}"]
         cmd += ["--ro-bind", str(HERE), CODE_MOUNT,
-                "--proc", "/proc", "--dev", "/dev",
-                "--perms", "1777", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
-                "--perms", "0777", "--size", str(self.tmp_mb << 20), "--tmpfs", HOME,
                 "--bind", job_dir, JOB_MOUNT, "--chdir", JOB_MOUNT, "--clearenv"]
         for key, value in self.environment().items():
             cmd += ["--setenv", key, value]
@@ -113,7 +135,8 @@ class Confinement:
             cmd += ["--user", "--map-root-user"]
         spec = {
             "job_dir": job_dir, "job_mount": JOB_MOUNT, "hide": sorted(set(self.hidden)),
-            "keep": _outermost(self.readonly + [str(HERE)] + list(self.packages.values())),
+            "keep": _outermost(self.shown_paths() + [str(HERE)]),
+            "links": _symlinks(self.shown_paths()),
             "packages": self.packages, "packages_mount": PACKAGES_MOUNT, "home": HOME,
             "tmp_mb": self.tmp_mb, "uid": uid, "env": self.environment(), "argv": list(argv_inside),
         }
@@ -137,14 +160,50 @@ def _ancestors(paths):
         while parent not in ("/", ""):
             found.add(parent)
             parent = os.path.dirname(parent)
-    return sorted(p for p in found if p.split(os.sep)[1] not in ("usr", "etc", "proc", "dev", "tmp"))
+    # /tmp is the sandbox's own tmpfs by then, so folders created under it are private too
+    return sorted(p for p in found if p.split(os.sep)[1] not in ("usr", "etc", "proc", "dev"))
+
+
+def _symlinks(paths):
+    """(link, target) for every symlink on the way to `paths`, outermost first, outside /usr."""
+    found = []
+    for path in paths:
+        if not path or not os.path.isabs(path):
+            continue
+        current = "/"
+        for part in Path(path).parts[1:]:
+            current = os.path.join(current, part)
+            if os.path.islink(current) and current.split(os.sep)[1] not in ("usr", "bin", "sbin", "lib",
+                                                                             "lib32", "lib64", "libx32"):
+                if (current, os.readlink(current)) not in found:
+                    found.append((current, os.readlink(current)))
+                # the rest of the path is looked at through the link's real target
+                current = os.path.realpath(current)
+    return found
 
 
 def interpreter_paths() -> list:
-    """The host paths the sandboxed interpreter needs: its prefixes and the executable's home."""
+    """The host paths the sandboxed interpreter needs: its prefixes, the executable's home,
+    and every folder on its isolated import path (site-packages reached through a `.pth`
+    file, such as a venv layered on another one's packages, lives outside the prefix)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              str(Path(sys.executable).parent), str(Path(os.path.realpath(sys.executable)).parent.parent)}
-    return sorted(p for p in paths if p not in ("/", "/usr"))
+    paths.update(_isolated_import_path())
+    return sorted(p for p in paths if p not in ("/", "/usr") and not p.startswith("/usr/"))
+
+
+_IMPORT_PATH = []
+
+
+def _isolated_import_path() -> list:
+    """sys.path of `python -I` (no current folder, PYTHONPATH or user site): what the worker
+    and kernel import from inside, asked of the interpreter itself once per process."""
+    if not _IMPORT_PATH:
+        proc = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                              capture_output=True, text=True, timeout=60, check=True)
+        import json
+        _IMPORT_PATH.append([p for p in json.loads(proc.stdout) if p and os.path.isdir(p)])
+    return _IMPORT_PATH[0]
 
 
 def package_dirs(names) -> dict:
@@ -185,6 +244,46 @@ def probe(mode: str) -> tuple:
     return True, f"{tool} works ({'root, per-slot uid' if uid else 'user namespace'})"
 
 
+def machine_allows(mode: str) -> tuple:
+    """(allowed, detail): whether this machine lets `mode`'s tool create its namespaces at
+    all, with the simplest command (the whole root shown read-only, nothing of ours).
+
+    Tells the two failures of `probe` apart: a machine that forbids namespaces (a
+    container without the privilege, user namespaces disabled) cannot sandbox, but
+    when this succeeds and `probe` fails, the grader's own command line is at fault.
+    """
+    tool = "bwrap" if mode == "bwrap" else "unshare"
+    if shutil.which(tool) is None:
+        return False, f"{tool} is not installed"
+    user = os.geteuid() != 0
+    if mode == "bwrap":
+        cmd = ["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid",
+               "--unshare-net", "--unshare-ipc", "--unshare-uts"] + (["--unshare-user"] if user else [])
+    else:
+        cmd = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork"] + \
+              (["--user", "--map-root-user"] if user else [])
+    try:
+        proc = subprocess.run(cmd + ["true"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return False, f"{tool} failed: {err}"
+    if proc.returncode != 0:
+        return False, f"this machine does not let {tool} create namespaces: {proc.stderr.strip()[:300]}"
+    return True, f"{tool} can create namespaces on this machine"
+
+
+def diagnose(mode: str) -> tuple:
+    """(state, detail) with state "works", "grader-fault" (the machine allows namespaces
+    but the grader's sandbox does not start: a bug or a setting to fix, never a reason
+    to skip) or "machine-forbids"."""
+    ok, detail = probe(mode)
+    if ok:
+        return "works", detail
+    allowed, why = machine_allows(mode)
+    if allowed:
+        return "grader-fault", f"{why}, but the grader's sandbox does not start: {detail}"
+    return "machine-forbids", why
+
+
 def choose(setting: str) -> tuple:
     """(mode, warnings) for `c.Sandbox.mode`; raises RuntimeError when nothing usable is left."""
     if setting == "none":
@@ -195,7 +294,12 @@ def choose(setting: str) -> tuple:
     for mode in candidates:
         ok, detail = _cached_probe(mode)
         if ok:
-            warnings = [f"bubblewrap unusable ({problems[0]}); falling back to unshare"] if problems else []
+            warnings = []
+            if problems:
+                # say whose fault it is: a machine without namespaces, or a grader bug to report
+                state, detail = diagnose("bwrap")
+                warnings = [f"bubblewrap unusable ({detail}); falling back to unshare, which hides "
+                            f"known paths rather than showing only what is needed"]
             return mode, warnings
         problems.append(detail)
     raise RuntimeError("no sandbox available: " + "; ".join(problems) +

@@ -64,6 +64,12 @@ def main():
         if not os.path.exists(path):
             os.makedirs(path, exist_ok=True)
         bind(stash[path], path, readonly=True)
+    for link, target in spec["links"]:
+        # a prefix reached through a symlink under a hidden folder (/tmp): the real path is
+        # bound above, the link is made again so the interpreter's own path resolves
+        if not os.path.lexists(link):
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(target, link)
     os.makedirs(spec["job_mount"], exist_ok=True) if not os.path.exists(spec["job_mount"]) else None
     mount("tmpfs", "/home", "tmpfs", 0, f"size={spec['tmp_mb']}m,mode=0755")
     os.makedirs(spec["home"], mode=0o777)
