@@ -21,15 +21,12 @@ from .device import (
     set_debug,
     set_num_threads,
 )
-from .ndarray import (
-    NDArray,
+from .ndarray import NDArray
+from .ndarray_functions import (
     add,
-    adam_update,
     array,
     as_strided,
-    broadcast_shapes,
     broadcast_to,
-    col2im,
     concatenate,
     device_of,
     divide,
@@ -50,7 +47,6 @@ from .ndarray import (
     pad,
     power,
     reshape,
-    sgd_update,
     split,
     stack,
     subtract,
@@ -61,3 +57,5 @@ from .ndarray import (
     transpose,
     zeros,
 )
+from .ndarray_fused import adam_update, col2im, sgd_update
+from ..shapes import broadcast_shapes

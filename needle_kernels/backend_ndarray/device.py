@@ -114,6 +114,10 @@ class BackendDevice:
         return traced
 
     # ------------------------------------------------------------ constructors
+    # The array class is NDArray, which ndarray.py installs here when it is defined:
+    # ndarray.py imports this module (for default_device), so this one cannot import it back.
+    array_type = None
+
     def _check_dtype(self, dtype):
         if dtype not in (None, "float32", np.float32) and np.dtype(dtype) != np.float32:
             raise ValueError(f"NDArray supports dtype float32 only, got {dtype!r}")
@@ -121,28 +125,24 @@ class BackendDevice:
     def rand(self, *shape, dtype="float32"):
         """Uniform [0, 1) from numpy's global RNG (float64 draws cast to float32)."""
         self._check_dtype(dtype)
-        from .ndarray import NDArray
-        return NDArray(np.random.rand(*shape).astype(np.float32), device=self)
+        return self.array_type(np.random.rand(*shape).astype(np.float32), device=self)
 
     def randn(self, *shape, dtype="float32"):
         """Standard normal from numpy's global RNG, cast to float32."""
         self._check_dtype(dtype)
-        from .ndarray import NDArray
-        return NDArray(np.random.randn(*shape).astype(np.float32), device=self)
+        return self.array_type(np.random.randn(*shape).astype(np.float32), device=self)
 
     def one_hot(self, n, i, dtype="float32"):
         """Rows of the n x n identity picked by the integer indices i."""
         self._check_dtype(dtype)
-        from .ndarray import NDArray
         idx = np.asarray(i.numpy() if hasattr(i, "numpy") else i).astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             raise ValueError(f"one_hot: indices must lie in [0, {n}), got range [{idx.min()}, {idx.max()}]")
-        return NDArray(np.eye(n, dtype=np.float32)[idx], device=self)
+        return self.array_type(np.eye(n, dtype=np.float32)[idx], device=self)
 
     def empty(self, shape, dtype="float32"):
         self._check_dtype(dtype)
-        from .ndarray import NDArray
-        return NDArray.make(tuple(shape), device=self)
+        return self.array_type.make(tuple(shape), device=self)
 
     def full(self, shape, fill_value, dtype="float32"):
         arr = self.empty(shape, dtype)
