@@ -286,3 +286,43 @@ def test_nn_epoch_needle_tensors_match_numpy():
     simple_ml.nn_epoch(X, y, W1, W2, lr=0.5, batch=25)
     np.testing.assert_allclose(T1.numpy(), W1, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(T2.numpy(), W2, rtol=1e-5, atol=1e-5)
+
+
+def test_run_epoch_is_the_loop_behind_the_epoch_functions(device):
+    from needle_kernels.apps.training import run_epoch
+
+    np.random.seed(1)
+    X = np.random.randn(10, 4).astype(np.float32)
+    y = np.random.randint(0, 3, 10)
+    model = ndl.nn.Linear(4, 3, device=device)
+    loss_fn = ndl.nn.SoftmaxLoss()
+    batches = [(X[:6], y[:6]), (X[6:], y[6:])]
+
+    def forward(batch):
+        xb, yb = (ndl.Tensor(a, device=device, requires_grad=False) for a in batch)
+        out = model(xb)
+        return out, loss_fn(out, yb), yb
+
+    result = run_epoch(batches, model, forward)
+    logits = X @ model.weight.numpy() + model.bias.numpy()
+    assert not model.training
+    assert result.n == 10 and result.correct == int((logits.argmax(1) == y).sum())
+    assert result.error_rate == (10 - result.correct) / 10
+    per_batch = []
+    for xb, yb in batches:
+        z = xb @ model.weight.numpy() + model.bias.numpy()
+        z = z - z.max(1, keepdims=True)
+        per_batch.append(float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(len(yb)), yb])))
+    np.testing.assert_allclose(result.mean_batch_loss, np.mean(per_batch), rtol=1e-5)
+    np.testing.assert_allclose(result.mean_loss, (6 * per_batch[0] + 4 * per_batch[1]) / 10, rtol=1e-5)
+
+    class Recorder(ndl.optim.SGD):
+        norms = []
+
+        def step(self):
+            self.norms.append(np.sqrt(sum(float((p.grad.numpy() ** 2).sum()) for p in self.params)))
+            super().step()
+
+    opt = Recorder(model.parameters(), lr=0.1)
+    run_epoch(batches, model, forward, opt, clip=1e-3)
+    assert model.training and len(opt.norms) == 2 and max(opt.norms) <= 1e-3 * (1 + 1e-4)

@@ -7,6 +7,7 @@ import needle_kernels as ndl
 import needle_kernels.nn as nn
 
 from ..data import paths as _paths
+from .training import run_epoch
 
 
 def ResidualBlock(dim, hidden_dim, norm=nn.BatchNorm1d, drop_prob=0.1, device=None, dtype="float32"):
@@ -47,20 +48,14 @@ def epoch(dataloader, model, opt=None):
     """
     np.random.seed(4)
     loss_fn = nn.SoftmaxLoss()
-    model.train() if opt is not None else model.eval()
-    errors, n, losses = 0, 0, []
-    for X, y in dataloader:
-        X = X.reshape((X.shape[0], int(np.prod(X.shape[1:]))))
-        out = model(X)
-        loss = loss_fn(out, y)
-        if opt is not None:
-            opt.reset_grad()
-            loss.backward()
-            opt.step()
-        errors += int((out.numpy().argmax(axis=1) != y.numpy()).sum())
-        n += y.shape[0]
-        losses.append(float(loss.numpy()))
-    return errors / n, float(np.mean(losses))
+
+    def forward(batch):
+        X, y = batch
+        out = model(X.reshape((X.shape[0], int(np.prod(X.shape[1:])))))
+        return out, loss_fn(out, y), y
+
+    result = run_epoch(dataloader, model, forward, opt)
+    return result.error_rate, result.mean_batch_loss
 
 
 def _mnist_pair(data_dir, split):

@@ -11,6 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..data.datasets.mnist_dataset import parse_mnist as _parse_mnist
+from .training import run_epoch
 
 
 def parse_mnist(image_filename, label_filename):
@@ -186,19 +187,6 @@ def _detach_state(h):
     return h.detach()
 
 
-def _clip(opt, params, max_norm):
-    """Scale the gradients of ``params`` so their global L2 norm is at most ``max_norm``."""
-    import needle_kernels as ndl
-
-    clip = getattr(opt, "clip_grad_norm", None)
-    if callable(clip):
-        return clip(max_norm)
-    fn = getattr(ndl.optim, "clip_grad_norm", None)
-    if callable(fn):
-        return fn(params, max_norm)
-    raise AttributeError("needle_kernels.optim provides no clip_grad_norm")
-
-
 def epoch_general_cifar10(dataloader, model, loss_fn=None, opt=None, *, device=None, progress=True):
     """One pass over ``dataloader``: trains when ``opt`` is given, else evaluates.
 
@@ -209,23 +197,14 @@ def epoch_general_cifar10(dataloader, model, loss_fn=None, opt=None, *, device=N
 
     np.random.seed(4)
     loss_fn = ndl.nn.SoftmaxLoss() if loss_fn is None else loss_fn
-    model.train() if opt is not None else model.eval()
-    correct, total_loss, n = 0, 0.0, 0
-    bar = tqdm(dataloader, disable=not progress, desc="train" if opt is not None else "eval", leave=False)
-    for X, y in bar:
-        X, y = _to_device(X, device), _to_device(y, device)
+
+    def forward(batch):
+        X, y = (_to_device(t, device) for t in batch)
         out = model(X)
-        loss = loss_fn(out, y)
-        if opt is not None:
-            opt.reset_grad()
-            loss.backward()
-            opt.step()
-        b = y.shape[0]
-        correct += int((out.numpy().argmax(axis=1) == y.numpy()).sum())
-        total_loss += float(loss.numpy()) * b
-        n += b
-        bar.set_postfix(acc=f"{correct / n:.3f}", loss=f"{total_loss / n:.3f}")
-    return correct / n, total_loss / n
+        return out, loss_fn(out, y), y
+
+    result = run_epoch(dataloader, model, forward, opt, progress=progress)
+    return result.accuracy, result.mean_loss
 
 
 def train_cifar10(model, dataloader, n_epochs=1, optimizer=None, lr=0.001, weight_decay=0.001,
@@ -267,29 +246,16 @@ def epoch_general_ptb(data, model, seq_len=40, loss_fn=None, opt=None, clip=None
 
     np.random.seed(4)
     loss_fn = ndl.nn.SoftmaxLoss() if loss_fn is None else loss_fn
-    model.train() if opt is not None else model.eval()
-    nbatch = data.shape[0]
-    correct, total_loss, n = 0, 0.0, 0
-    h = None
-    starts = range(0, nbatch - 1, seq_len)
-    bar = tqdm(starts, disable=not progress, desc="train" if opt is not None else "eval", leave=False)
-    for i in bar:
+    state = [None]  # the hidden state, carried from one chunk to the next and detached between them
+
+    def forward(i):
         X, y = ndl.data.get_batch(data, i, seq_len, device=device, dtype=dtype)
-        out, h = model(X, h)
-        h = _detach_state(h)
-        loss = loss_fn(out, y)
-        if opt is not None:
-            opt.reset_grad()
-            loss.backward()
-            if clip is not None:
-                _clip(opt, model.parameters(), clip)
-            opt.step()
-        b = y.shape[0]
-        correct += int((out.numpy().argmax(axis=1) == y.numpy()).sum())
-        total_loss += float(loss.numpy()) * b
-        n += b
-        bar.set_postfix(acc=f"{correct / n:.3f}", loss=f"{total_loss / n:.3f}")
-    return correct / n, total_loss / n
+        out, h = model(X, state[0])
+        state[0] = _detach_state(h)
+        return out, loss_fn(out, y), y
+
+    result = run_epoch(range(0, data.shape[0] - 1, seq_len), model, forward, opt, clip=clip, progress=progress)
+    return result.accuracy, result.mean_loss
 
 
 def train_ptb(model, data, seq_len=40, n_epochs=1, optimizer=None, lr=4.0, weight_decay=0.0,
