@@ -294,12 +294,9 @@ def choose(setting: str) -> tuple:
     for mode in candidates:
         ok, detail = _cached_probe(mode)
         if ok:
-            warnings = []
-            if problems:
-                # say whose fault it is: a machine without namespaces, or a grader bug to report
-                state, detail = diagnose("bwrap")
-                warnings = [f"bubblewrap unusable ({detail}); falling back to unshare, which hides "
-                            f"known paths rather than showing only what is needed"]
+            warnings = [f"bubblewrap unusable ({problems[0]}); falling back to unshare, which hides "
+                        f"known paths rather than showing only what is needed (`grader doctor` says "
+                        f"whether the machine or the grader is at fault)"] if problems else []
             return mode, warnings
         problems.append(detail)
     raise RuntimeError("no sandbox available: " + "; ".join(problems) +
