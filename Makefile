@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
-	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course]"
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
 	@touch $@
 

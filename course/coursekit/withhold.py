@@ -133,8 +133,10 @@ def fingerprint(obj):
     if isinstance(obj, type):
         items = [("doc", obj.__doc__ or "")]
         items += sorted((c.co_name, repr(_code_key(c))) for c in _codes(obj))
-    else:
+    elif isinstance(obj, types.FunctionType):
         items = [("code", repr(_code_key(obj.__code__)))]
+    else:
+        return None         # compiled or built-in: no bytecode to compare
     return hashlib.sha256(repr(items).encode()).hexdigest()
 
 
@@ -182,7 +184,7 @@ def _why_not_students(part, candidate):
         return f"{mine}; {module}.{getattr(candidate, '__qualname__', part.name)} comes from the package"
     if any(_from_package_file(code) for code in _codes(candidate)):
         return f"{mine}; its code was loaded from the package's source files"
-    if fingerprint(candidate) in part.fingerprints:
+    if fingerprint(candidate) in part.fingerprints - {None}:
         return f"{mine}; it is a copy of the package's code"
     return None
 
@@ -210,10 +212,10 @@ def _refusal(part):
                          f"the package's {PACKAGE}.{part.paths[0]} runs only inside the tests")
 
 
-def _reference_impl(name, attribute):
+def _reference_impl(name, slot, attribute):
     if name not in _STATE.reference:
         raise _refusal(_STATE.parts[name])
-    return _STATE.impls[(name, attribute)]
+    return _STATE.impls[(name, slot, attribute)]
 
 
 def _replacement(name):
@@ -224,51 +226,53 @@ def _replacement(name):
     return students(name)
 
 
-def call_function(name, args, kwargs):
-    """What a withheld package function does when called: the student's, or the reference."""
+def call_function(name, args, kwargs, slot=0):
+    """What a withheld package function does when called: the student's, or the reference
+    (``slot``: which of the part's package objects was called)."""
     if name in _STATE.reference:
-        return _STATE.impls[(name, None)](*args, **kwargs)
+        return _STATE.impls[(name, slot, None)](*args, **kwargs)
     return _replacement(name)(*args, **kwargs)
 
 
-def _switch_function(part, func):
+def _switch_function(part, func, slot):
     if func.__code__.co_freevars:
         raise TypeError(f"{func.__qualname__} is a closure; only module-level functions can be withheld")
-    _STATE.impls[(part.name, None)] = types.FunctionType(
-        func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
-    _STATE.impls[(part.name, None)].__kwdefaults__ = func.__kwdefaults__
+    impl = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__,
+                              func.__closure__)
+    impl.__kwdefaults__ = func.__kwdefaults__
+    _STATE.impls[(part.name, slot, None)] = impl
     # The package's function object itself becomes the switch, so every alias of it does too
     # (and inspect.getsource of it shows this switch, not the package's code).
     source = (f"def {func.__name__}(*args, **kwargs):\n"
               f"    from coursekit.withhold import call_function\n"
-              f"    return call_function({part.name!r}, args, kwargs)\n")
+              f"    return call_function({part.name!r}, args, kwargs, {slot})\n")
     namespace = {}
     exec(compile(source, f"<withheld {part.task}: {part.name}>", "exec"), namespace)
     func.__code__ = namespace[func.__name__].__code__
     func.__defaults__ = func.__kwdefaults__ = None
 
 
-def _method_switch(name, attribute):
+def _method_switch(name, slot, attribute):
     def switched(*args, **kwargs):
-        return _reference_impl(name, attribute)(*args, **kwargs)
+        return _reference_impl(name, slot, attribute)(*args, **kwargs)
     switched.__name__ = attribute
     switched.__qualname__ = f"{name}.{attribute}"
     return switched
 
 
-def _switch_class(part, cls):
+def _switch_class(part, cls, slot):
     name = part.name
     for attribute, value in list(vars(cls).items()):
         if isinstance(value, (staticmethod, classmethod)):
-            _STATE.impls[(name, attribute)] = value.__func__
-            setattr(cls, attribute, type(value)(_method_switch(name, attribute)))
+            _STATE.impls[(name, slot, attribute)] = value.__func__
+            setattr(cls, attribute, type(value)(_method_switch(name, slot, attribute)))
         elif isinstance(value, types.FunctionType):
-            _STATE.impls[(name, attribute)] = value
-            setattr(cls, attribute, _method_switch(name, attribute))
+            _STATE.impls[(name, slot, attribute)] = value
+            setattr(cls, attribute, _method_switch(name, slot, attribute))
         elif isinstance(value, property):
-            _STATE.impls[(name, attribute)] = value
-            getter = _method_switch(name, attribute + ".fget")
-            _STATE.impls[(name, attribute + ".fget")] = value.fget
+            _STATE.impls[(name, slot, attribute)] = value
+            getter = _method_switch(name, slot, attribute + ".fget")
+            _STATE.impls[(name, slot, attribute + ".fget")] = value.fget
             setattr(cls, attribute, property(getter))
     base_new = cls.__new__
 
@@ -291,12 +295,12 @@ def _switch_class(part, cls):
     cls.__init_subclass__ = classmethod(__init_subclass__)
 
 
-def _switch_extension_function(part, module, attribute):
+def _switch_extension_function(part, module, attribute, slot):
     """A compiled function cannot be changed in place: its module attribute becomes a switch."""
-    _STATE.impls[(part.name, None)] = getattr(module, attribute)
+    _STATE.impls[(part.name, slot, None)] = getattr(module, attribute)
 
     def switched(*args, **kwargs):
-        return call_function(part.name, args, kwargs)
+        return call_function(part.name, args, kwargs, slot)
     switched.__name__ = attribute
     setattr(module, attribute, switched)
     _STATE.extension_modules.add(module.__name__)
@@ -367,8 +371,8 @@ def start(assignment, tasks, blocked=(), namespace=None):
                 kind = "class"
             elif isinstance(obj, types.FunctionType):
                 kind = "function"
-            elif callable(obj) and not hasattr(obj, "__code__"):
-                kind = "extension"
+            elif callable(obj):
+                kind = "extension"      # compiled (a Cython function has __code__ but no bytecode)
             else:
                 raise TypeError(f"{PACKAGE}.{path}: only classes and functions can be withheld")
             part.kind = part.kind or ("function" if kind == "extension" else kind)
@@ -377,12 +381,13 @@ def start(assignment, tasks, blocked=(), namespace=None):
             defining = sys.modules[obj.__module__] if kind != "extension" else module
             if getattr(defining, "__file__", None) and kind != "extension":
                 _STATE.module_files.add(os.path.abspath(defining.__file__))
+            slot = len(part.objects)
             if kind == "class":
-                _switch_class(part, obj)
+                _switch_class(part, obj, slot)
             elif kind == "function":
-                _switch_function(part, obj)
+                _switch_function(part, obj, slot)
             else:
-                obj = _switch_extension_function(part, module, attribute)
+                obj = _switch_extension_function(part, module, attribute, slot)
             part.objects.append(obj)
             _STATE.by_object[id(obj)] = part
         _STATE.parts[name] = part
