@@ -5,8 +5,8 @@ Every function here has the same name, arguments, meaning and error
 messages as in the numpy reference backend, which defines them. The split of
 labour:
 
-* this file checks arguments at the Python boundary (with the reference's
-  ``check_*`` helpers, so both raise the same ``ValueError``) and then, without
+* this file checks arguments at the Python boundary (with the shared
+  ``backend_checks``, so every backend raises the same ``ValueError``) and then, without
   the GIL, cuts the work into chunks run by OpenMP threads (``prange``);
 * ``ndarray_backend_cpu_kernels.h`` holds the vectorized loop one thread runs
   on one chunk (``ndarray_backend_cpu_vmath.h``: exp, log, tanh, max) and
@@ -32,12 +32,12 @@ from cython.parallel cimport parallel, prange, threadid
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
-from .ndarray_backend_numpy import (
-    _check_matmul,
-    _check_optim,
+from .backend_checks import (
+    check_matmul as _check_matmul,
+    check_optim as _check_optim,
     check_col2im,
-    _check_reduce,
-    _check_reduce_axis,
+    check_reduce as _check_reduce,
+    check_reduce_axis as _check_reduce_axis,
     check_same_size,
     check_scalar,
     check_size,

@@ -24,12 +24,12 @@ import threading
 
 import numpy as np
 
-from .ndarray_backend_numpy import (
-    _check_matmul,
-    _check_optim,
+from .backend_checks import (
+    check_matmul as _check_matmul,
+    check_optim as _check_optim,
     check_col2im,
-    _check_reduce,
-    _check_reduce_axis,
+    check_reduce as _check_reduce,
+    check_reduce_axis as _check_reduce_axis,
     check_array_size,
     check_same_size,
     check_scalar,

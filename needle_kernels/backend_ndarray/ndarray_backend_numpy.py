@@ -17,9 +17,23 @@ Conventions shared by every backend
 * Sizes are checked at the Python boundary: a mismatch raises ``ValueError``
   naming the argument, never reads or writes out of bounds.
 """
-import operator
-
 import numpy as np
+
+# shared by the three backends, so each raises the same messages for the same mistakes
+from .backend_checks import (
+    check_array_size,
+    check_col2im,
+    check_matmul as _check_matmul,
+    check_optim as _check_optim,
+    check_reduce as _check_reduce,
+    check_reduce_axis as _check_reduce_axis,
+    check_same_size,
+    check_scalar,
+    check_size,
+    check_view,
+    prod,
+    read_view,
+)
 
 __device_name__ = "cpu_numpy"
 __tile_size__ = 8
@@ -39,86 +53,6 @@ class Array:
 
     def ptr(self):
         return self.array.ctypes.data
-
-
-# ---------------------------------------------------------------- checks
-# These helpers are imported by the other backends' Python wrappers so every
-# backend raises the same messages for the same mistakes.
-
-def check_array_size(size):
-    """The element count of a new Array as an int; ValueError for anything that is not one."""
-    try:
-        n = operator.index(size)
-    except TypeError:
-        raise ValueError(f"Array size must be an integer, got {type(size).__name__}") from None
-    if n < 0:
-        raise ValueError(f"Array size must be >= 0, got {n}")
-    return n
-
-
-def read_view(name, shape, strides, offset):
-    """(shape, strides, offset) as tuples of Python ints, or a ValueError naming what is not an integer."""
-    try:
-        shape, strides = tuple(shape), tuple(strides)
-    except TypeError:
-        raise ValueError(f"{name}: shape and strides must be sequences of integers, "
-                         f"got {type(shape).__name__} and {type(strides).__name__}") from None
-
-    def integer(what, v):
-        try:
-            return operator.index(v)
-        except TypeError:
-            raise ValueError(f"{name}: {what} must hold integers, got {v!r}") from None
-
-    return (tuple(integer("shape", n) for n in shape), tuple(integer("strides", s) for s in strides),
-            integer("offset", offset))
-
-
-def check_view(a_size, shape, strides, offset, what="a"):
-    """Raise ValueError unless the strided view (shape, strides, offset) lies in a buffer of a_size.
-
-    Takes the view as ``read_view`` returns it (tuples of ints); every caller reads it once.
-    """
-    if len(shape) != len(strides):
-        raise ValueError(f"{what}: shape {shape} and strides {strides} have different lengths")
-    if any(s < 0 for s in shape):
-        raise ValueError(f"{what}: negative dimension in shape {shape}")
-    if offset < 0:
-        raise ValueError(f"{what}: negative offset {offset}")
-    if 0 in shape:
-        return
-    lo = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
-    hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
-    if lo < 0 or hi >= a_size:
-        raise ValueError(
-            f"{what}: view shape={shape} strides={strides} offset={offset} "
-            f"reaches elements [{lo}, {hi}] outside a buffer of {a_size}"
-        )
-
-
-def check_same_size(name, **arrays):
-    sizes = {k: v.size for k, v in arrays.items()}
-    if len(set(sizes.values())) > 1:
-        raise ValueError(f"{name}: sizes differ: " + ", ".join(f"{k}={s}" for k, s in sizes.items()))
-
-
-def check_size(name, arr, expected, what):
-    if arr.size != expected:
-        raise ValueError(f"{name}: {what} has {arr.size} elements, expected {expected}")
-
-
-def check_scalar(name, val):
-    try:
-        return float(val)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: scalar argument must be a real number, got {type(val).__name__}") from None
-
-
-def prod(shape):
-    out = 1
-    for n in shape:
-        out *= int(n)
-    return out
 
 
 # ---------------------------------------------------------------- transfers
@@ -222,12 +156,6 @@ ewise_tanh = _unary("ewise_tanh", np.tanh)
 
 # ---------------------------------------------------------------- matmul
 
-def _check_matmul(name, a, b, out, m, n, p, batch=1):
-    check_size(name, a, batch * m * n, f"a (batch={batch}, m={m}, n={n})")
-    check_size(name, b, batch * n * p, f"b (batch={batch}, n={n}, p={p})")
-    check_size(name, out, batch * m * p, f"out (batch={batch}, m={m}, p={p})")
-
-
 def matmul(a, b, out, m, n, p):
     """out (m, p) = a (m, n) @ b (n, p), all compact row-major."""
     _check_matmul("matmul", a, b, out, m, n, p)
@@ -257,14 +185,6 @@ def matmul_tiled(a, b, out, m, n, p):
 
 # ---------------------------------------------------------------- reductions
 
-def _check_reduce(name, a, out, reduce_size, outer=None, inner=1):
-    if reduce_size < 1:
-        raise ValueError(f"{name}: reduce_size must be >= 1, got {reduce_size}")
-    expected = out.size * reduce_size
-    if a.size != expected:
-        raise ValueError(f"{name}: a has {a.size} elements, expected out.size*reduce_size = {expected}")
-
-
 def reduce_max(a, out, reduce_size):
     """out[i] = max of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
     _check_reduce("reduce_max", a, out, reduce_size)
@@ -275,13 +195,6 @@ def reduce_sum(a, out, reduce_size):
     """out[i] = sum of the contiguous block a[i*reduce_size:(i+1)*reduce_size]."""
     _check_reduce("reduce_sum", a, out, reduce_size)
     out.array[:] = a.array[: out.size * reduce_size].reshape(-1, reduce_size).sum(axis=1)
-
-
-def _check_reduce_axis(name, a, out, outer, reduce_size, inner):
-    if min(outer, inner) < 0 or reduce_size < 1:
-        raise ValueError(f"{name}: bad sizes outer={outer}, reduce_size={reduce_size}, inner={inner}")
-    check_size(name, a, outer * reduce_size * inner, f"a (outer={outer}, reduce={reduce_size}, inner={inner})")
-    check_size(name, out, outer * inner, f"out (outer={outer}, inner={inner})")
 
 
 def reduce_sum_axis(a, out, outer, reduce_size, inner):
@@ -305,11 +218,6 @@ def reduce_max_axis(a, out, outer, reduce_size, inner):
 # kernels (and as many temporaries). Every argument is a compact Array of the
 # same size; the arithmetic is float32, each scalar rounded to float32 once,
 # in the order written below. ``out`` may be ``param`` itself.
-
-def _check_optim(name, arrays, scalars):
-    check_same_size(name, **arrays)
-    return [check_scalar(name, s) for s in scalars]
-
 
 def adam_update(param, grad, m, v, out, lr, beta1, beta2, eps, weight_decay, c1, c2):
     """One Adam step, element-wise (m and v are updated in place):
@@ -359,18 +267,6 @@ def sgd_update(param, grad, u, out, lr, momentum, weight_decay):
 
 
 # ---------------------------------------------------------------- convolution
-
-def check_col2im(name, cols, out, n, h, w, c, k, s):
-    """(ho, wo) of a col2im call after checking every size; raises ValueError naming the problem."""
-    if min(n, h, w, c) < 0 or k < 1 or s < 1:
-        raise ValueError(f"{name}: bad sizes n={n}, h={h}, w={w}, c={c}, k={k}, stride={s}")
-    if h < k or w < k:
-        raise ValueError(f"{name}: a {k}x{k} window does not fit an image of {h}x{w}")
-    ho, wo = (h - k) // s + 1, (w - k) // s + 1
-    check_size(name, cols, n * ho * wo * k * k * c, f"cols (n={n}, ho={ho}, wo={wo}, k={k}, c={c})")
-    check_size(name, out, n * h * w * c, f"out (n={n}, h={h}, w={w}, c={c})")
-    return ho, wo
-
 
 def col2im(cols, out, n, h, w, c, k, s):
     """The adjoint of the im2col window view of an NHWC image (an extension used by convolution).

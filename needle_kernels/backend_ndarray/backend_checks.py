@@ -1,0 +1,121 @@
+"""Argument checks shared by the three backends (numpy reference, Cython + OpenMP, CUDA).
+
+Every kernel checks sizes, views and scalars at the Python boundary before
+it touches memory; with the checks in one module, every backend raises the
+same ``ValueError``, naming the argument, for the same mistake.
+"""
+import operator
+
+
+def check_array_size(size):
+    """The element count of a new Array as an int; ValueError for anything that is not one."""
+    try:
+        n = operator.index(size)
+    except TypeError:
+        raise ValueError(f"Array size must be an integer, got {type(size).__name__}") from None
+    if n < 0:
+        raise ValueError(f"Array size must be >= 0, got {n}")
+    return n
+
+
+def read_view(name, shape, strides, offset):
+    """(shape, strides, offset) as tuples of Python ints, or a ValueError naming what is not an integer."""
+    try:
+        shape, strides = tuple(shape), tuple(strides)
+    except TypeError:
+        raise ValueError(f"{name}: shape and strides must be sequences of integers, "
+                         f"got {type(shape).__name__} and {type(strides).__name__}") from None
+
+    def integer(what, v):
+        try:
+            return operator.index(v)
+        except TypeError:
+            raise ValueError(f"{name}: {what} must hold integers, got {v!r}") from None
+
+    return (tuple(integer("shape", n) for n in shape), tuple(integer("strides", s) for s in strides),
+            integer("offset", offset))
+
+
+def check_view(a_size, shape, strides, offset, what="a"):
+    """Raise ValueError unless the strided view (shape, strides, offset) lies in a buffer of a_size.
+
+    Takes the view as ``read_view`` returns it (tuples of ints); every caller reads it once.
+    """
+    if len(shape) != len(strides):
+        raise ValueError(f"{what}: shape {shape} and strides {strides} have different lengths")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{what}: negative dimension in shape {shape}")
+    if offset < 0:
+        raise ValueError(f"{what}: negative offset {offset}")
+    if 0 in shape:
+        return
+    lo = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    if lo < 0 or hi >= a_size:
+        raise ValueError(
+            f"{what}: view shape={shape} strides={strides} offset={offset} "
+            f"reaches elements [{lo}, {hi}] outside a buffer of {a_size}"
+        )
+
+
+def check_same_size(name, **arrays):
+    sizes = {k: v.size for k, v in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"{name}: sizes differ: " + ", ".join(f"{k}={s}" for k, s in sizes.items()))
+
+
+def check_size(name, arr, expected, what):
+    if arr.size != expected:
+        raise ValueError(f"{name}: {what} has {arr.size} elements, expected {expected}")
+
+
+def check_scalar(name, val):
+    try:
+        return float(val)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: scalar argument must be a real number, got {type(val).__name__}") from None
+
+
+def prod(shape):
+    out = 1
+    for n in shape:
+        out *= int(n)
+    return out
+
+
+def check_matmul(name, a, b, out, m, n, p, batch=1):
+    check_size(name, a, batch * m * n, f"a (batch={batch}, m={m}, n={n})")
+    check_size(name, b, batch * n * p, f"b (batch={batch}, n={n}, p={p})")
+    check_size(name, out, batch * m * p, f"out (batch={batch}, m={m}, p={p})")
+
+
+def check_reduce(name, a, out, reduce_size, outer=None, inner=1):
+    if reduce_size < 1:
+        raise ValueError(f"{name}: reduce_size must be >= 1, got {reduce_size}")
+    expected = out.size * reduce_size
+    if a.size != expected:
+        raise ValueError(f"{name}: a has {a.size} elements, expected out.size*reduce_size = {expected}")
+
+
+def check_reduce_axis(name, a, out, outer, reduce_size, inner):
+    if min(outer, inner) < 0 or reduce_size < 1:
+        raise ValueError(f"{name}: bad sizes outer={outer}, reduce_size={reduce_size}, inner={inner}")
+    check_size(name, a, outer * reduce_size * inner, f"a (outer={outer}, reduce={reduce_size}, inner={inner})")
+    check_size(name, out, outer * inner, f"out (outer={outer}, inner={inner})")
+
+
+def check_optim(name, arrays, scalars):
+    check_same_size(name, **arrays)
+    return [check_scalar(name, s) for s in scalars]
+
+
+def check_col2im(name, cols, out, n, h, w, c, k, s):
+    """(ho, wo) of a col2im call after checking every size; raises ValueError naming the problem."""
+    if min(n, h, w, c) < 0 or k < 1 or s < 1:
+        raise ValueError(f"{name}: bad sizes n={n}, h={h}, w={w}, c={c}, k={k}, stride={s}")
+    if h < k or w < k:
+        raise ValueError(f"{name}: a {k}x{k} window does not fit an image of {h}x{w}")
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    check_size(name, cols, n * ho * wo * k * k * c, f"cols (n={n}, ho={ho}, wo={wo}, k={k}, c={c})")
+    check_size(name, out, n * h * w * c, f"out (n={n}, h={h}, w={w}, c={c})")
+    return ho, wo
