@@ -13,7 +13,7 @@ from . import ops
 from .ops import *
 from . import init, nn, optim, viz
 
-_LAZY_SUBMODULES = ("data", "apps", "backend_ndarray")
+_LAZY_SUBMODULES = ("data", "apps", "backend_ndarray", "compile")
 
 
 def __getattr__(name):
