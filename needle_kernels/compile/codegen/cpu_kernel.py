@@ -28,10 +28,17 @@ def cache_dir():
     return path
 
 
+def backend_include_dir():
+    """Where the Cython backend's kernel headers are (the generated code includes them)."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(package, "backend_ndarray")
+
+
 def compiler_command():
     """The C compiler and flags: the Cython backend's, plus what a shared library needs."""
     cc = shlex.split(sysconfig.get_config_var("CC") or "gcc")[:1] or ["gcc"]
-    flags = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c99"]
+    flags = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu99", "-Wno-unused-function",
+             "-I", backend_include_dir()]
     if os.environ.get("NK_NATIVE") == "1":
         flags.append("-march=native")
     return cc + flags
@@ -40,7 +47,13 @@ def compiler_command():
 def build_shared_library(name, source):
     """Compile ``source`` into the cache (once per source and command); returns the library's path."""
     command = compiler_command()
-    digest = hashlib.sha256((source + "\0" + " ".join(command)).encode()).hexdigest()[:24]
+    with open(os.path.join(backend_include_dir(), "ndarray_backend_cpu_kernels.h"), "rb") as f:
+        headers = f.read()
+    with open(os.path.join(backend_include_dir(), "ndarray_backend_cpu_vmath.h"), "rb") as f:
+        headers += f.read()
+    # the key covers the included headers too: an edited header rebuilds the kernels
+    key = source.encode() + b"\0" + " ".join(command).encode() + b"\0" + headers
+    digest = hashlib.sha256(key).hexdigest()[:24]
     directory = cache_dir()
     target = os.path.join(directory, f"{name}_{digest}.so")
     if os.path.exists(target):
