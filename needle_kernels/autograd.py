@@ -364,9 +364,14 @@ def compute_gradient_of_variables(output_tensor, out_grad):
 
     Nodes are visited in reverse topological order; a node's adjoint is the sum
     of the partial adjoints sent by the nodes that use it, so a value used
-    twice accumulates both contributions. Adjoints of a TensorTuple are kept
-    per slot, so reading k items of a split costs k ops, not k tuples of zeros.
+    twice accumulates both contributions. A TensorTuple's adjoint is the same
+    sum taken slot by slot: a partial adjoint sent to a tuple adds each of its
+    items to its slot; a ``TupleAdjoint`` names only the slots it touches (the
+    others are zero), so reading k items of a split costs k adjoints, not k
+    tuples of zeros, whichever op reads them.
     """
+    from .ops.ops_tuple import MakeTuple  # here: the ops import this module
+
     node_to_output_grads = {output_tensor: [out_grad]}
     tuple_slot_grads = {}  # TensorTuple -> {index: [adjoints]}
     for node in reversed(find_topo_sort([output_tensor])):
@@ -380,13 +385,67 @@ def compute_gradient_of_variables(output_tensor, out_grad):
         if node.op is None:
             node.grad = grad
             continue
-        if getattr(node.op, "selects_tuple_item", False):
-            slots = tuple_slot_grads.setdefault(node.inputs[0], {})
-            slots.setdefault(node.op.index, []).append(grad)
-            continue
         for inp, partial in zip(node.inputs, node.op.gradient_as_tuple(grad, node)):
-            if inp.requires_grad and partial is not None:
+            if not inp.requires_grad or partial is None:
+                continue
+            if isinstance(inp, TensorTuple):
+                slots = tuple_slot_grads.setdefault(inp, {})
+                if isinstance(partial, TupleAdjoint):
+                    pairs = partial.items.items()
+                else:  # a make_tuple's items are its inputs: read them without a node per item
+                    pairs = enumerate(partial.inputs if isinstance(partial.op, MakeTuple) else list(partial))
+                for i, item in pairs:
+                    slots.setdefault(i, []).append(item)
+            else:
                 node_to_output_grads.setdefault(inp, []).append(partial)
+
+
+def zeros_adjoint(shape, dtype, device):
+    """A constant zero Tensor of ``shape``: a broadcast view of one zero element (no memory of its own)."""
+    zero = array_api.full((1,) * len(shape), 0.0, dtype=dtype, device=device)
+    return Tensor.make_const(array_api.broadcast_to(zero, tuple(shape)))
+
+
+class TupleAdjoint(TensorTuple):
+    """The adjoint of the TensorTuple ``like`` given by the items of some slots,
+    ``items = {index: Tensor}``; every other slot is zero.
+
+    The backward pass adds only the given items to their slots. Read as an
+    ordinary TensorTuple (indexing, iterating, ``+``, its data), the missing
+    slots appear as ``zeros_adjoint`` views, made when first read.
+    """
+
+    def __init__(self, like, items):
+        requires_grad = False  # a loop, not any(...): one of these is made per tuple item read
+        for t in items.values():
+            if t.requires_grad:
+                requires_grad = True
+                break
+        self._init(None, (), requires_grad=requires_grad)
+        self.like = like
+        self.items = items
+
+    def __len__(self):
+        return len(self.like.realize_cached_data())
+
+    def __getitem__(self, index):
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"TensorTuple index {index} out of range for a tuple of {n}")
+        index %= n
+        item = self.items.get(index)
+        if item is None:
+            x = self.like.realize_cached_data()[index]
+            item = zeros_adjoint(tuple(x.shape), x.dtype, device_of(x))
+        return item
+
+    def realize_cached_data(self):
+        if self.cached_data is None:
+            self.cached_data = tuple(self[i].realize_cached_data() for i in range(len(self)))
+        return self.cached_data
+
+    def detach(self):
+        return TensorTuple.make_const(self.realize_cached_data())
 
 
 def _tuple_adjoint(node, whole_grads, slot_grads):

@@ -1,9 +1,18 @@
 """Ops on TensorTuples: build one, read an item, and needle's fused example op."""
-from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
+from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp, TupleAdjoint
 
 
 class MakeTuple(TensorTupleOp):
     """out = (a_0, ..., a_n) as one graph node.  da_i = g[i]."""
+
+    def __call__(self, *args):
+        # Unlike other nodes it keeps its inputs even when nothing needs a gradient:
+        # they are its items (no extra memory), and reading one back is then the
+        # item itself, with no node made (see TupleGetItem and the backward pass).
+        value = TensorTuple.__new__(TensorTuple)
+        value._init(self, args)
+        value.realize_cached_data()
+        return value
 
     def compute(self, *args):
         return tuple(args)
@@ -21,12 +30,9 @@ def make_tuple(*args):
 class TupleGetItem(TensorOp):
     """out = a[index] for a TensorTuple a.
 
-    da = a tuple that is g at ``index`` and zero elsewhere. The backward pass
-    does not build that tuple item by item: it sees ``selects_tuple_item`` and
-    collects the adjoints of all the items of a tuple before making one tuple.
+    da = a tuple that is g at ``index`` and zero elsewhere: a ``TupleAdjoint``
+    holding g alone, so the backward pass adds g to that slot and nothing else.
     """
-
-    selects_tuple_item = True
 
     def __init__(self, index):
         self.index = index
@@ -47,16 +53,7 @@ class TupleGetItem(TensorOp):
         return a[self.index]
 
     def gradient(self, out_grad, node):
-        from .ops_mathematic import _const  # local: ops_mathematic imports this module
-
-        data = node.inputs[0].realize_cached_data()
-        items = []
-        for i, value in enumerate(data):
-            if i == self.index:
-                items.append(out_grad)
-            else:
-                items.append(_const(value * 0.0))
-        return make_tuple(*items)
+        return TupleAdjoint(node.inputs[0], {self.index: out_grad})
 
 
 def tuple_get_item(value, index):
