@@ -6,7 +6,7 @@ reshaped and broadcast to the batch), which eager mode repeats every call.
 """
 from ...autograd import Tensor, TensorTuple
 from ..ir.op_table import build_op
-from ..trace.tracer import _host
+from ..trace.tracer import host_copy
 
 
 def _tensor(node):
@@ -25,7 +25,7 @@ def constant_folding(graph):
             continue
         if all(x.op == "constant" for x in node.inputs):
             result = build_op(node.op, node.attrs)(*[_tensor(x) for x in node.inputs])
-            node.value = _host(result)
+            node.value = host_copy(result)
             node.is_tuple = isinstance(result, TensorTuple)
             node.op, node.inputs, node.attrs = "constant", [], {"name": "folded"}
     return graph.renumbered()

@@ -52,7 +52,8 @@ def _shape_dtype(value):
     return tuple(data.shape), str(numpy.dtype(data.dtype)), False
 
 
-def _host(value):
+def host_copy(value):
+    """A numpy copy of a Tensor's array (a tuple of copies for a TensorTuple): constants own their values."""
     data = value.realize_cached_data()
     if isinstance(value, TensorTuple):
         return tuple(numpy.array(x, copy=True) for x in data)
@@ -91,7 +92,7 @@ def graph_of(outputs, inputs, structure=None):
             node = Node(len(nodes), "input", [], {"index": input_index[id(value)]}, shape, dtype)
         elif value.op is None:
             attrs = {"name": "parameter"} if isinstance(value, Parameter) else {}
-            node = Node(len(nodes), "constant", [], attrs, shape, dtype, value=_host(value), is_tuple=is_tuple)
+            node = Node(len(nodes), "constant", [], attrs, shape, dtype, value=host_copy(value), is_tuple=is_tuple)
         else:
             name, attrs = describe_op(value.op)
             node = Node(len(nodes), name, [made[id(x)] for x in value.inputs], attrs, shape, dtype, is_tuple=is_tuple)
