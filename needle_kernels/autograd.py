@@ -64,6 +64,20 @@ class TensorTupleOp(Op):
         return TensorTuple.make_from_op(self, args)
 
 
+class SavedForBackward:
+    """What ``Op.compute`` returns to keep arrays for its gradient: the output and ``saved``.
+
+    The node stores ``saved`` (as ``node.saved``) while it can still be
+    differentiated, so an op keeps nothing on itself between its compute and
+    its gradient, and a graph's intermediate arrays go when the graph goes.
+    """
+
+    __slots__ = ("output", "saved")
+
+    def __init__(self, output, saved):
+        self.output, self.saved = output, saved
+
+
 class Value:
     """A node of the computation graph."""
 
@@ -71,14 +85,22 @@ class Value:
     inputs: "list[Value]"
     cached_data: object
     requires_grad: bool
+    saved = None  # arrays the op kept for its gradient (see SavedForBackward)
 
     def realize_cached_data(self):
         """Compute (once) and return this node's array."""
         data = self.cached_data
         if data is not None:
             return data
-        self.cached_data = self.op.compute(*[x.realize_cached_data() for x in self.inputs])
+        self._store(self.op.compute(*[x.realize_cached_data() for x in self.inputs]))
         return self.cached_data
+
+    def _store(self, result):
+        if type(result) is SavedForBackward:
+            if self.requires_grad:
+                self.saved = result.saved
+            result = result.output
+        self.cached_data = result
 
     def is_leaf(self):
         return self.op is None
@@ -114,7 +136,7 @@ class Value:
         value = cls.__new__(cls)
         value._init(op, inputs)
         if not LAZY_MODE:
-            value.cached_data = op.compute(*[x.realize_cached_data() for x in value.inputs])
+            value._store(op.compute(*[x.realize_cached_data() for x in value.inputs]))
             if not value.requires_grad:
                 # Nothing will differentiate through it: forget the inputs so the
                 # graph above it can be freed (this is what detach() would do,

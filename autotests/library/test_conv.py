@@ -177,3 +177,26 @@ def test_conv_on_an_offset_view(device):
     check_op(lambda a, b: ndl.conv(ndl.crop(a, ((0, 0), (1, 1), (2, 0), (0, 0))), b, stride=2, padding=0),
              lambda a, b: np_conv(a[:, 1:-1, 2:, :], b, 2, 0), rand(1, 7, 7, 2), rand(3, 3, 2, 2), device=device,
              rtol=1e-4, atol=1e-4)
+
+
+def test_conv_op_keeps_no_state_between_compute_and_gradient(device):
+    A = ndl.Tensor(np.random.randn(2, 5, 5, 3), device=device)
+    B = ndl.Tensor(np.random.randn(3, 3, 3, 4), device=device)
+    op = ndl.ops.Conv(stride=1, padding=1)
+    out = op(A, B)
+    assert vars(op) == {"stride": 1, "padding": 1}
+    assert out.saved is not None  # the node keeps the padded input and the im2col matrix
+    out.backward()
+    reference = ndl.conv(ndl.Tensor(A.numpy(), device=device), ndl.Tensor(B.numpy(), device=device), padding=1)
+    np.testing.assert_allclose(out.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
+    # a node nothing will differentiate keeps nothing
+    frozen = ndl.conv(ndl.Tensor(A.numpy(), device=device, requires_grad=False),
+                      ndl.Tensor(B.numpy(), device=device, requires_grad=False), padding=1)
+    assert frozen.saved is None
+    # the same op object, reused, differentiates each of its nodes with that node's arrays
+    A2 = ndl.Tensor(np.random.randn(1, 4, 4, 3), device=device)
+    op(A2, B).sum().backward()
+    grad_once = A2.grad.numpy()
+    A2.grad = None
+    ndl.conv(A2, B, padding=1).sum().backward()
+    np.testing.assert_allclose(grad_once, A2.grad.numpy(), rtol=1e-5, atol=1e-5)

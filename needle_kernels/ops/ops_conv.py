@@ -10,7 +10,7 @@ with strides ``(sN, s*sH, s*sW, sH, sW, sC)``. Reshaping ``cols`` to
 ``(N*Ho*Wo, K*K*C_in)`` is the one copy (im2col proper); multiplying by the
 weight seen as ``(K*K*C_in, C_out)`` is the convolution.
 """
-from ..autograd import Tensor, TensorOp
+from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api, device_of, element_strides
 from ..shapes import normalize_axes
 from .ops_mathematic import Pad, Reshape, crop, reshape, transpose
@@ -168,10 +168,9 @@ class Conv(TensorOp):
         view = _window_view(A, k, self.stride)
         n, ho, wo = view.shape[:3]
         cols = array_api.reshape(view, (n * ho * wo, k * k * A.shape[3]))
-        # kept for the gradient, which needs exactly these arrays again
-        self._padded, self._cols = A, cols
         out = cols @ array_api.reshape(B, (k * k * A.shape[3], c_out))
-        return array_api.reshape(out, (n, ho, wo, c_out))
+        # the gradient needs exactly these arrays again: the node keeps them, not the op
+        return SavedForBackward(array_api.reshape(out, (n, ho, wo, c_out)), (A, cols))
 
     def gradient(self, out_grad, node):
         A, B = node.inputs
@@ -180,20 +179,23 @@ class Conv(TensorOp):
         p = self.padding
         pad_width = ((0, 0), (p, p), (p, p), (0, 0))
         grad2d = reshape(out_grad, (n * ho * wo, c_out))
+        if node.saved is None:  # the node was built around a known output (make_with_data): compute them
+            node.saved = self.compute(A.realize_cached_data(), B.realize_cached_data()).saved
+        padded_data, cols_data = node.saved
         dA = dB = None
         if B.requires_grad:
             # Rebuild the forward's im2col chain as graph nodes around the arrays
             # already computed, so dB stays differentiable with respect to A.
-            padded = Tensor.make_with_data(Pad(pad_width), [A], self._padded) if p else A
+            padded = Tensor.make_with_data(Pad(pad_width), [A], padded_data) if p else A
             windows = Tensor.make_with_data(
-                Im2Col(k, self.stride), [padded], _window_view(self._padded, k, self.stride)
+                Im2Col(k, self.stride), [padded], _window_view(padded_data, k, self.stride)
             )
-            cols = Tensor.make_with_data(Reshape(self._cols.shape), [windows], self._cols)
+            cols = Tensor.make_with_data(Reshape(cols_data.shape), [windows], cols_data)
             # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
             dB = reshape(transpose(transpose(grad2d) @ cols), B.shape)
         if A.requires_grad:  # not for an input image: col2im is the costly half
             dcols = reshape(grad2d @ transpose(reshape(B, (k * k * c_in, c_out))), (n, ho, wo, k, k, c_in))
-            dA = col2im(dcols, self._padded.shape, self.stride)
+            dA = col2im(dcols, padded_data.shape, self.stride)
             dA = crop(dA, pad_width) if p else dA
         return dA, dB
 
