@@ -44,7 +44,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
 def _ptx_with_nvcc(source, arch):
     cmd = [NVCC, "--ptx", "-std=c++17", f"-arch={arch}", "-Werror", "all-warnings",
-           f"-DNK_TILE_SIZE={cu.__tile_size__}", source, "-o", "-"]
+           *cu.compile_defines(), source, "-o", "-"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"nvcc failed on {os.path.basename(source)} ({arch}):\n{proc.stderr}"
     return proc.stdout
@@ -209,3 +209,20 @@ def test_grid_1d_caps_the_grid():
     assert cu.grid_1d(1) == ((1, 1, 1), (cu.THREADS, 1, 1))
     assert cu.grid_1d(cu.THREADS + 1)[0] == (2, 1, 1)
     assert cu.grid_1d(10 ** 12)[0] == (cu.MAX_BLOCKS, 1, 1)
+
+
+def test_launch_geometry_comes_from_one_table():
+    # the sources take every size from -D flags; none writes a number of its own
+    defines = cu.compile_defines()
+    assert f"-DNK_TILE_SIZE={cu.__tile_size__}" in defines
+    for name, value in cu.LAUNCH_GEOMETRY.items():
+        assert f"-D{name}={value}" in defines and f"-D{name}={value}" in cu._COMPILE_OPTIONS
+    assert (cu.THREADS, cu._MATMUL_BLOCK, cu._MATMUL_THREADS) == (
+        cu.LAUNCH_GEOMETRY["NK_THREADS"], cu.LAUNCH_GEOMETRY["NK_MATMUL_BLOCK"], cu.LAUNCH_GEOMETRY["NK_MATMUL_THREADS"])
+    assert cu._MIDDLE_BLOCK[:2] == (cu.LAUNCH_GEOMETRY["NK_MIDDLE_LANES"], cu.LAUNCH_GEOMETRY["NK_MIDDLE_ROWS"])
+    sized = re.compile(r"^#define\s+(\w+)\s+\d+", re.M)
+    for source in SOURCES + [os.path.join(os.path.dirname(SOURCES[0]), "common.cuh")]:
+        text = open(source).read()
+        numbered = [m.group(1) for m in sized.finditer(text)]
+        assert not [n for n in numbered if n.startswith("NK_") or n in
+                    ("BLOCK_M", "BLOCK_N", "THREADS", "MIDDLE_LANES", "MIDDLE_ROWS")], (source, numbered)

@@ -43,18 +43,33 @@ __device_name__ = "cuda"
 __tile_size__ = 8
 
 MAX_DIMS = 8          # rank of the StridedView struct in strided.cu
-THREADS = 256         # threads per block of the 1-D kernels
 MAX_BLOCKS = 65535    # grid cap per dimension; grid-stride loops cover the rest
-_MATMUL_BLOCK = 64    # BLOCK_M = BLOCK_N in matmul.cu
-_MATMUL_THREADS = 256  # THREADS in matmul.cu
-_MIDDLE_BLOCK = (32, 8, 1)  # (MIDDLE_LANES, MIDDLE_ROWS) in reduce.cu
+
+# The launch geometry, set here and nowhere else: the sources are compiled with
+# these numbers as -D macros (see _COMPILE_OPTIONS) and the launches below use
+# the same numbers, so a kernel and its launch cannot disagree.
+LAUNCH_GEOMETRY = {
+    "NK_THREADS": 256,         # threads per block of the 1-D kernels (and at most, of the row reductions)
+    "NK_MATMUL_BLOCK": 64,     # the square tile of out one matmul block computes
+    "NK_MATMUL_THREADS": 256,  # threads per matmul block: 16 x 16, each owning a 4 x 4 patch of the tile
+    "NK_MIDDLE_LANES": 32,     # blockDim.x of the middle-axis reductions: one warp along the inner axis
+    "NK_MIDDLE_ROWS": 8,       # blockDim.y of the middle-axis reductions, a power of two
+}
+THREADS = LAUNCH_GEOMETRY["NK_THREADS"]
+_MATMUL_BLOCK = LAUNCH_GEOMETRY["NK_MATMUL_BLOCK"]
+_MATMUL_THREADS = LAUNCH_GEOMETRY["NK_MATMUL_THREADS"]
+_MIDDLE_BLOCK = (LAUNCH_GEOMETRY["NK_MIDDLE_LANES"], LAUNCH_GEOMETRY["NK_MIDDLE_ROWS"], 1)
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
 # IEEE float32 as numpy computes it: subnormals kept (not flushed to zero),
 # division and square root correctly rounded. cupy's own element-wise kernels
 # behave the same; flushing would make 0 == 1e-45 true and log(1e-40) = -inf.
-_COMPILE_OPTIONS = ("-std=c++17", f"-DNK_TILE_SIZE={__tile_size__}",
-                    "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+def compile_defines():
+    """The -D flags every source is compiled with: the tile size of matmul_tiled and the launch geometry."""
+    return (f"-DNK_TILE_SIZE={__tile_size__}",) + tuple(f"-D{k}={v}" for k, v in LAUNCH_GEOMETRY.items())
+
+
+_COMPILE_OPTIONS = ("-std=c++17", *compile_defines(), "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 # Host image of ``struct StridedView`` in strided.cu: eighteen int64, so the
 # numpy layout and the C layout agree without padding rules.

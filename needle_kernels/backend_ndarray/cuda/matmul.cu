@@ -13,18 +13,16 @@
 #include "common.cuh"
 
 // The tiled layout of matmul_tiled: a matrix of `cols` columns stored as
-// (rows/T, cols/T, T, T) with T = NK_TILE_SIZE. The Python side passes
-// -DNK_TILE_SIZE=<__tile_size__>; the default keeps the file compilable alone.
-#ifndef NK_TILE_SIZE
-#define NK_TILE_SIZE 8
-#endif
+// (rows/T, cols/T, T, T) with T = NK_TILE_SIZE (-D from the Python side).
 
-#define BLOCK_M 64
-#define BLOCK_N 64
+#define BLOCK_M NK_MATMUL_BLOCK
+#define BLOCK_N NK_MATMUL_BLOCK
 #define BLOCK_K 16
-#define THREADS 256  // 16 x 16 threads, each computing 4 x 4 outputs
+#define THREADS NK_MATMUL_THREADS  // 16 x 16 threads, each computing THREAD_M x THREAD_N outputs
 #define THREAD_M (BLOCK_M / 16)
 #define THREAD_N (BLOCK_N / 16)
+static_assert(NK_MATMUL_THREADS == 256, "the matmul block is 16 x 16 threads");
+static_assert(NK_MATMUL_BLOCK % 16 == 0, "each of the 16 x 16 threads owns whole rows and columns of the tile");
 
 // Where element (r, c) of a matrix with `cols` columns lives.
 template <bool TILED>

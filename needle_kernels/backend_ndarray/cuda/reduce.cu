@@ -11,8 +11,11 @@
 #include "common.cuh"
 
 #define FULL_MASK 0xffffffffu
-#define MIDDLE_LANES 32  // blockDim.x of the middle kernels
-#define MIDDLE_ROWS 8    // blockDim.y of the middle kernels, a power of two
+#define MIDDLE_LANES NK_MIDDLE_LANES  // blockDim.x of the middle kernels
+#define MIDDLE_ROWS NK_MIDDLE_ROWS    // blockDim.y of the middle kernels
+static_assert(NK_MIDDLE_LANES == 32, "a warp covers the neighbouring outputs along inner");
+static_assert((NK_MIDDLE_ROWS & (NK_MIDDLE_ROWS - 1)) == 0, "the tree over rows halves them");
+static_assert(NK_THREADS % 32 == 0 && NK_THREADS <= 1024, "block_reduce keeps one result per warp, 32 at most");
 
 struct SumOp {
     __device__ static float identity() { return 0.0f; }
