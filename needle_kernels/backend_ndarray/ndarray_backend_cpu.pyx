@@ -629,85 +629,9 @@ cdef _unary(str name, int op, a, out):
         _unary_kernel(op, A.data, O.data, O.size)
 
 
-def ewise_add(a, b, out):
-    """out = a + b element-wise on compact arrays of equal size."""
-    _ewise("ewise_add", NK_ADD, a, b, out)
-
-
-def ewise_mul(a, b, out):
-    """out = a * b element-wise."""
-    _ewise("ewise_mul", NK_MUL, a, b, out)
-
-
-def ewise_div(a, b, out):
-    """out = a / b element-wise."""
-    _ewise("ewise_div", NK_DIV, a, b, out)
-
-
-def ewise_maximum(a, b, out):
-    """out = maximum(a, b) element-wise (NaN in either gives NaN, as numpy)."""
-    _ewise("ewise_maximum", NK_MAX, a, b, out)
-
-
-def ewise_eq(a, b, out):
-    """out = 1.0 where a == b else 0.0."""
-    _ewise("ewise_eq", NK_EQ, a, b, out)
-
-
-def ewise_ge(a, b, out):
-    """out = 1.0 where a >= b else 0.0."""
-    _ewise("ewise_ge", NK_GE, a, b, out)
-
-
-def scalar_add(a, val, out):
-    """out = a + val."""
-    _scalar("scalar_add", NK_ADD, a, val, out)
-
-
-def scalar_mul(a, val, out):
-    """out = a * val."""
-    _scalar("scalar_mul", NK_MUL, a, val, out)
-
-
-def scalar_div(a, val, out):
-    """out = a / val."""
-    _scalar("scalar_div", NK_DIV, a, val, out)
-
-
-def scalar_power(a, val, out):
-    """out = a ** val (powf; val == 2 is an exact square)."""
-    cdef float v = _scalar_arg("scalar_power", val)
-    _scalar("scalar_power", NK_SQUARE if v == 2.0 else NK_POW, a, val, out)
-
-
-def scalar_maximum(a, val, out):
-    """out = maximum(a, val)."""
-    _scalar("scalar_maximum", NK_MAX, a, val, out)
-
-
-def scalar_eq(a, val, out):
-    """out = 1.0 where a == val else 0.0."""
-    _scalar("scalar_eq", NK_EQ, a, val, out)
-
-
-def scalar_ge(a, val, out):
-    """out = 1.0 where a >= val else 0.0."""
-    _scalar("scalar_ge", NK_GE, a, val, out)
-
-
-def ewise_log(a, out):
-    """out = log(a)."""
-    _unary("ewise_log", NK_LOG, a, out)
-
-
-def ewise_exp(a, out):
-    """out = exp(a)."""
-    _unary("ewise_exp", NK_EXP, a, out)
-
-
-def ewise_tanh(a, out):
-    """out = tanh(a)."""
-    _unary("ewise_tanh", NK_TANH, a, out)
+# ewise_*, scalar_* and the unary kernels: one wrapper each around the helpers
+# above, generated from the table in elementwise_table.py.
+include "ndarray_backend_cpu_elementwise.pxi"
 
 
 # ---------------------------------------------------------------- matmul
