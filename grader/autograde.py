@@ -28,12 +28,11 @@ from traitlets.config import Config
 
 from grader import GraderError, notes
 from grader.sandbox.confinement import choose
-from grader.sandbox.execute import STATE_DIR, ExecutionCache, SandboxedExecute, queue_dir
-from grader.sandbox.run import RunSettings, run_notebook
+from grader.sandbox.execute import SandboxedExecute, run_settings
+from grader.sandbox.run import run_notebook
 from grader.settings import Sandbox
+from grader.state import CourseState, record_execution
 from grader.submission_checks import inspect
-
-STAGING = f"{STATE_DIR}/staging"
 
 
 @dataclass
@@ -68,17 +67,15 @@ def _run_nbgrader(course, assignment, exclude, overrides: Config, log):
 
 
 def _execute_queue(course, jobs, log):
-    entries = sorted(p for p in queue_dir(course.root).glob("*") if (p / "in.ipynb").exists())
+    entries = sorted(p for p in CourseState(course.root).queue.glob("*") if (p / "in.ipynb").exists())
     if not entries:
         return 0
-    settings = RunSettings.from_config(course.config, course.root)
-    cache = ExecutionCache(course.root)
+    settings = run_settings(course.config, course.root)
 
     def execute(entry):
         nb = nbformat.read(str(entry / "in.ipynb"), as_version=4)
         result = run_notebook(nb, entry / "work", settings, log=log)
-        cache.put(entry.name, result.nb, {"reasons": result.reasons,
-                                          "seconds": round(result.seconds, 2), "mode": result.mode})
+        record_execution(course.root, entry.name, result)
         shutil.rmtree(entry, ignore_errors=True)
         log.info("executed %s in %.1f s", entry.name, result.seconds)
 
@@ -114,7 +111,7 @@ def _single_run(course):
 
     flock is released when the process dies, so a killed run never blocks the next.
     """
-    path = course.path(STATE_DIR, "autograde.lock")
+    path = CourseState(course.root).autograde_lock
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "w")
     try:
@@ -158,12 +155,13 @@ def _autograde(course, assignment, jobs, log) -> AutogradeReport:
             unreadable.append(student)
 
     # 1. plan
-    shutil.rmtree(course.path(STAGING), ignore_errors=True)
+    state = CourseState(course.root)
+    shutil.rmtree(state.staging, ignore_errors=True)
     plan = Config()
-    plan.CourseDirectory.autograded_directory = STAGING
+    plan.CourseDirectory.autograded_directory = CourseState.STAGING_RELATIVE
     plan.Autograde.autograde_preprocessors = ["grader.sandbox.execute.StageForSandbox"]
     _run_nbgrader(course, assignment, unreadable, plan, log)
-    shutil.rmtree(course.path(STAGING), ignore_errors=True)
+    shutil.rmtree(state.staging, ignore_errors=True)
 
     # 2. execute
     report.executed = _execute_queue(course, jobs, log)

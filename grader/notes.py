@@ -8,12 +8,13 @@ as similarity with the package's code or another student's) are for the instruct
 """
 
 import json
-import os
 from pathlib import Path
+
+from grader.state import CourseState, write_atomic
 
 
 def _path(course_root, assignment, student) -> Path:
-    return Path(course_root) / ".grader" / "notes" / assignment / f"{student}.json"
+    return CourseState(course_root).notes_file(assignment, student)
 
 
 def load(course_root, assignment, student) -> dict:
@@ -34,9 +35,7 @@ def record(course_root, assignment, student, section, lines, private=False) -> N
     else:
         data.pop(section, None)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def lines(course_root, assignment, student) -> list:

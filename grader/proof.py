@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import nbformat
 
-from grader.sandbox.run import RunSettings, run_notebook
+from grader.sandbox.execute import run_settings
+from grader.sandbox.run import execution_key, run_notebook
+from grader.state import ExecutionCache, record_execution
 
 
 @dataclass
@@ -32,15 +34,22 @@ def _failed_tests(nb) -> tuple:
 
 
 def prove(course, assignment, log=None) -> list:
-    settings = RunSettings.from_config(course.config, course.root)
+    settings = run_settings(course.config, course.root)
     jobs = []
     for source in sorted(course.path("source", assignment).glob("*.ipynb")):
         release = course.path("release", assignment, source.name)
         jobs.append((source, release))
 
     def run(path):
+        # recorded like any execution: an unchanged notebook is not run again next time
         nb = nbformat.read(str(path), as_version=4)
-        return run_notebook(nb, path.parent, settings, log=log).nb
+        key = execution_key(nb, path.parent, settings)
+        hit = ExecutionCache(course.root).get(key)
+        if hit is not None:
+            return hit[0]
+        result = run_notebook(nb, path.parent, settings, log=log)
+        record_execution(course.root, key, result)
+        return result.nb
 
     proofs = []
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -173,3 +173,28 @@ def test_the_gradebook_url_is_honoured(tmp_path):
 def test_gradebook_passwords_are_not_printed(url, shown):
     from grader.course import shown_url
     assert shown_url(url) == shown
+
+
+def test_sandbox_run_takes_plain_settings():
+    """The sandbox's runner imports nothing of nbgrader or the course config: a course config
+    becomes `RunSettings` in `grader.sandbox.execute`, and the dependency goes one way."""
+    import subprocess
+
+    code = ("import sys, grader.sandbox.run\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'nbgrader' or m in "
+            "('grader.sandbox.execute', 'grader.settings')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.strip() == "[]"
+
+
+def test_state_lives_under_one_folder(tmp_path):
+    from grader import notes
+    from grader.state import STATE_DIR, CourseState, ExecutionCache, write_atomic
+
+    notes.record(tmp_path, "ps1", "ada", "checks", ["a note"])
+    state = CourseState(tmp_path)
+    assert state.notes_file("ps1", "ada").exists()
+    assert ExecutionCache(tmp_path).dir == state.executions == tmp_path / STATE_DIR / "executions"
+    write_atomic(tmp_path / "f.txt", "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STATE_DIR, "f.txt"]  # no partial file left

@@ -13,7 +13,6 @@ then run in N parallel sandboxes before nbgrader grades them one by one.
 import json
 import os
 import shutil
-from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import Execute
@@ -21,38 +20,27 @@ from nbgrader.preprocessors import Execute
 from grader import notes
 from grader.nbgrader_fixes import GraderPreprocessor
 from grader.sandbox.run import RunSettings, execution_key, run_notebook
-
-STATE_DIR = ".grader"
-
-
-class ExecutionCache:
-    """Executed notebooks by execution key, under the course's `.grader/executions`."""
-
-    def __init__(self, course_root):
-        self.dir = Path(course_root) / STATE_DIR / "executions"
-
-    def get(self, key):
-        path = self.dir / f"{key}.ipynb"
-        if not path.exists():
-            return None
-        meta = json.loads((self.dir / f"{key}.json").read_text())
-        return nbformat.read(str(path), as_version=4), meta
-
-    def put(self, key, nb, meta) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        # meta first, notebook last: a notebook present means the entry is complete
-        _write_atomic(self.dir / f"{key}.json", json.dumps(meta))
-        _write_atomic(self.dir / f"{key}.ipynb", nbformat.writes(nb))
+from grader.state import CourseState, ExecutionCache, record_execution
 
 
-def queue_dir(course_root) -> Path:
-    return Path(course_root) / STATE_DIR / "queue"
+def run_settings(config, course_root) -> RunSettings:
+    """The sandbox's settings from a course config; in unshare mode the course, the exchange
+    and the grader's home are hidden (bubblewrap shows only what it binds anyway)."""
+    from grader.settings import Sandbox
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    box = Sandbox(config=config)
+    ex = SandboxedExecute(config=config)
+    extra = list(ex.extra_arguments) or ["--HistoryManager.hist_file=:memory:"]
+    return RunSettings(
+        mode=box.mode, kernel_name=box.kernel_name, cell_timeout=int(ex.timeout or 30),
+        budget=box.notebook_budget, startup_timeout=box.startup_timeout, extra_arguments=extra,
+        limits={"memory_bytes": box.memory_mb << 20, "max_processes": box.max_processes,
+                "max_file_bytes": box.max_file_mb << 20, "max_open_files": box.max_open_files,
+                "cpu_seconds": box.notebook_budget},
+        uid_base=box.uid_base, tmp_mb=box.tmp_mb, readonly=list(box.readonly_paths),
+        packages=list(box.packages),
+        hidden=list(box.hidden_paths) + [str(course_root), os.path.expanduser("~"),
+                                         config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange")])
 
 
 def _course_root(preprocessor) -> str:
@@ -61,7 +49,7 @@ def _course_root(preprocessor) -> str:
 
 
 def _settings(preprocessor, course_root):
-    return RunSettings.from_config(preprocessor.config, course_root)
+    return run_settings(preprocessor.config, course_root)
 
 
 def _incidents(nb) -> list:
@@ -91,8 +79,7 @@ class SandboxedExecute(Execute):
         if hit is None:
             SandboxedExecute.inline_runs += 1
             result = run_notebook(nb, workdir, settings, log=self.log)
-            meta = {"reasons": result.reasons, "seconds": round(result.seconds, 2), "mode": result.mode}
-            cache.put(key, result.nb, meta)
+            meta = record_execution(root, key, result)
             executed = result.nb
         else:
             executed, meta = hit
@@ -113,7 +100,7 @@ class StageForSandbox(GraderPreprocessor):
         workdir = resources.get("metadata", {}).get("path") or root
         key = execution_key(nb, workdir, settings)
         if ExecutionCache(root).get(key) is None:
-            job = queue_dir(root) / key
+            job = CourseState(root).queue / key
             if not (job / "in.ipynb").exists():
                 tmp = job.with_name(key + ".partial")
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -30,7 +30,11 @@ SLOT_DIR = Path(tempfile.gettempdir()) / "grader-slots"
 
 @dataclass
 class RunSettings:
-    """Everything that decides how a notebook executes (and so is part of the cache key)."""
+    """Everything that decides how a notebook executes (and so is part of the cache key).
+
+    Plain values: a course's nbgrader config is turned into these by
+    `grader.sandbox.execute.run_settings`, so this module needs nothing of nbgrader.
+    """
 
     mode: str
     kernel_name: str
@@ -44,27 +48,6 @@ class RunSettings:
     readonly: list = field(default_factory=list)
     packages: list = field(default_factory=list)
     hidden: list = field(default_factory=list)
-
-    @classmethod
-    def from_config(cls, config, course_root):
-        """Settings from a course config; in unshare mode the course, the exchange and the
-        grader's home are hidden (bubblewrap shows only what it binds anyway)."""
-        from grader.sandbox.execute import SandboxedExecute
-        from grader.settings import Sandbox
-
-        box = Sandbox(config=config)
-        ex = SandboxedExecute(config=config)
-        extra = list(ex.extra_arguments) or ["--HistoryManager.hist_file=:memory:"]
-        return cls(
-            mode=box.mode, kernel_name=box.kernel_name, cell_timeout=int(ex.timeout or 30),
-            budget=box.notebook_budget, startup_timeout=box.startup_timeout, extra_arguments=extra,
-            limits={"memory_bytes": box.memory_mb << 20, "max_processes": box.max_processes,
-                    "max_file_bytes": box.max_file_mb << 20, "max_open_files": box.max_open_files,
-                    "cpu_seconds": box.notebook_budget},
-            uid_base=box.uid_base, tmp_mb=box.tmp_mb, readonly=list(box.readonly_paths),
-            packages=list(box.packages),
-            hidden=list(box.hidden_paths) + [str(course_root), os.path.expanduser("~"),
-                                             config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange")])
 
     def fingerprint(self) -> dict:
         """The settings that change results; paths to hide or show do not."""

@@ -22,12 +22,7 @@ from pathlib import Path
 # run as `python -I worker.py`: -I leaves this folder off sys.path, the probe lives here
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import integrity  # noqa: E402
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+from atomic import write_atomic  # noqa: E402
 
 
 def install_kernelspec(spec: dict, code_dir: str) -> None:
