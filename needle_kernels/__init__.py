@@ -12,6 +12,7 @@ from .autograd import Tensor, TensorTuple
 from . import ops
 from .ops import *
 from . import init, nn, optim, viz
+from .checkpoint import checkpoint
 
 _LAZY_SUBMODULES = ("data", "apps", "backend_ndarray", "compile")
 
