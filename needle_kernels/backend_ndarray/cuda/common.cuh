@@ -4,14 +4,6 @@
 // NVRTC, so it must stay free of system includes (NVRTC has no host headers).
 #pragma once
 
-// Sizes fixed on the Python side, which compiles every source with them as
-// -D flags and launches the kernels with the same numbers
-// (ndarray_backend_cuda.LAUNCH_GEOMETRY and __tile_size__).
-#if !defined(NK_TILE_SIZE) || !defined(NK_THREADS) || !defined(NK_MATMUL_BLOCK) || \
-    !defined(NK_MATMUL_THREADS) || !defined(NK_MIDDLE_LANES) || !defined(NK_MIDDLE_ROWS)
-#error "compile with the -D flags of ndarray_backend_cuda.compile_defines()"
-#endif
-
 // Element counts and offsets are 64-bit: a single H100 holds arrays of more
 // than 2^31 float32 elements.
 typedef long long index_t;

@@ -12,8 +12,15 @@
 // are grid-stride loops, so sizes beyond the grid limits still work.
 #include "common.cuh"
 
+// Sizes come from the Python side, which compiles the sources with them as -D
+// flags and launches the kernels with the same numbers
+// (ndarray_backend_cuda.LAUNCH_GEOMETRY and __tile_size__).
+#if !defined(NK_TILE_SIZE) || !defined(NK_MATMUL_BLOCK) || !defined(NK_MATMUL_THREADS)
+#error "compile with the -D flags of ndarray_backend_cuda.compile_defines()"
+#endif
+
 // The tiled layout of matmul_tiled: a matrix of `cols` columns stored as
-// (rows/T, cols/T, T, T) with T = NK_TILE_SIZE (-D from the Python side).
+// (rows/T, cols/T, T, T) with T = NK_TILE_SIZE.
 
 #define BLOCK_M NK_MATMUL_BLOCK
 #define BLOCK_N NK_MATMUL_BLOCK

@@ -11,6 +11,11 @@
 #include "common.cuh"
 
 #define FULL_MASK 0xffffffffu
+// Block sizes come from the Python side as -D flags, the numbers it launches
+// with (ndarray_backend_cuda.LAUNCH_GEOMETRY).
+#if !defined(NK_THREADS) || !defined(NK_MIDDLE_LANES) || !defined(NK_MIDDLE_ROWS)
+#error "compile with the -D flags of ndarray_backend_cuda.compile_defines()"
+#endif
 #define MIDDLE_LANES NK_MIDDLE_LANES  // blockDim.x of the middle kernels
 #define MIDDLE_ROWS NK_MIDDLE_ROWS    // blockDim.y of the middle kernels
 static_assert(NK_MIDDLE_LANES == 32, "a warp covers the neighbouring outputs along inner");
