@@ -1,7 +1,9 @@
 # One entry point for a fresh machine with Python >= 3.11 and a C compiler:
 #   make lab    create .venv, build the kernels, open the course in JupyterLab
 #   make test   create .venv, build the kernels, run the whole test suite
-# Variables: PORT=8888, PYTHON=python3, JOBS=2 (pytest workers), NK_NATIVE=1 (build with
+#   make hub    (optional) serve the course to a class: JupyterHub + nbgrader, see hub/launch.py
+#   make hub-users  (root) the system accounts, exchange and course folder of a real class
+# Variables: PORT=8888 (HUB_PORT=8000, ROSTER=hub/roster.csv, COURSE=dlsys for the hub), PYTHON=python3, JOBS=2 (pytest workers), NK_NATIVE=1 (build with
 # -march=native), TORCH=auto|1|0: PyTorch is an optional test reference; `auto` installs the
 # small CPU build (torch==2.13.0+cpu) only where a package index or wheel folder offers it,
 # `1` installs torch==2.13.0 from any index (large), `0` never.
@@ -9,6 +11,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PORT   ?= 8888
+HUB_PORT ?= 8000
+ROSTER ?= hub/roster.csv
+COURSE ?= dlsys
 JOBS   ?= 2
 TORCH  ?= auto
 BIN    := $(VENV)/bin
@@ -17,7 +22,7 @@ OPEN_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Containers and cloud images often log in as root, which JupyterLab refuses without this flag.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab test test-fast bench clean torch-reference
+.PHONY: setup lab hub hub-users test test-fast bench clean torch-reference
 
 setup: $(VENV)/.installed
 	@$(BIN)/python setup.py -q build_ext --inplace -j 2 >/dev/null
@@ -28,13 +33,19 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
-	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed]"
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed,hub]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
 	@touch $@
 
 lab: setup
 	@$(if $(ALLOW_ROOT),echo "running as root: JupyterLab is started with --allow-root",true)
 	cd course && $(abspath $(BIN))/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(OPEN_BROWSER) $(ALLOW_ROOT)
+
+hub: setup
+	$(BIN)/python hub/launch.py --roster $(ROSTER) --course $(COURSE) --port $(HUB_PORT)
+
+hub-users: setup
+	$(BIN)/python hub/users.py --roster $(ROSTER) --course $(COURSE)
 
 test: setup
 	@$(MAKE) --no-print-directory torch-reference
