@@ -56,8 +56,10 @@ def main(argv=None):
         raise SystemExit("creating system accounts needs root: sudo make hub-users")
     blocked = reachable_by_everyone(sys.executable)
     if blocked:
-        raise SystemExit(f"{blocked} keeps other accounts from running {sys.executable}; put the "
-                         "checkout and its .venv where every account can read them (e.g. /opt/dlsys)")
+        raise SystemExit(f"{blocked} keeps other accounts from running {sys.executable} (or the "
+                         "interpreter it was made from); make the checkout's .venv from a Python every "
+                         "account can run (e.g. `make setup PYTHON=/usr/bin/python3`) in a folder every "
+                         "account can read (e.g. /opt/dlsys)")
     roles, _ = read_roster(opts.roster)
     created = [n for group in roles.values() for n in group if ensure_account(n)]
     grader_account = f"grader-{opts.course}"
