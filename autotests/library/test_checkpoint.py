@@ -87,3 +87,35 @@ def test_a_segment_must_return_a_tensor():
         ndl.checkpoint(lambda x: (x, x), ndl.Tensor(np.ones(2, dtype=np.float32)))
     with pytest.raises(TypeError, match="input 0 must be a Tensor"):
         ndl.checkpoint(lambda x: x, np.ones(2))
+
+
+from needle_kernels.backend_selection import BACKEND  # noqa: E402
+
+# the allocator's byte counters belong to the NDArray backends (plain numpy mode has none)
+ALLOCATOR_DEVICES = [] if BACKEND == "np" else [pytest.param(ndl.cpu(), id="cpu"),
+                                                 pytest.param(ndl.cpu_numpy(), id="cpu_numpy")]
+
+
+def peak_of_step(blocks, x, segment):
+    """Bytes the backend's allocator held at the peak of forward + backward."""
+    x.device.reset_peak_memory()
+    base = x.device.memory_stats()["live_bytes"]
+    h = x
+    for i in range(0, len(blocks), segment):
+        group = nn.Sequential(*blocks[i:i + segment])
+        h = ndl.checkpoint(group, h) if segment > 1 else group(h)
+    h.sum().backward()
+    peak = x.device.memory_stats()["peak_bytes"] - base
+    for p in [p for b in blocks for p in b.parameters()] + [x]:
+        p.grad = None
+    return peak
+
+
+@pytest.mark.parametrize("device", ALLOCATOR_DEVICES)
+def test_checkpointing_lowers_the_allocator_peak(device):
+    blocks = deep_mlp(16, 64, device)
+    x = ndl.Tensor(np.ones((128, 64), dtype=np.float32), device=device, requires_grad=False)
+    plain = peak_of_step(blocks, x, 1)
+    for segment in (4,):
+        kept = peak_of_step(blocks, x, segment)
+        assert kept < 0.75 * plain, (segment, kept, plain)

@@ -180,6 +180,24 @@ set_isa(None)
 
 # ---------------------------------------------------------------- Array
 
+# Bytes held by live Arrays, counted where buffers are allocated and freed (the
+# allocator's view of memory, which is what activation checkpointing saves). Arrays are
+# made and freed with the GIL held, so plain counters are safe.
+cdef Py_ssize_t _live_bytes = 0
+cdef Py_ssize_t _peak_bytes = 0
+
+
+def memory_stats():
+    """{"live_bytes": held by live Arrays now, "peak_bytes": the most held since the last reset}."""
+    return {"live_bytes": _live_bytes, "peak_bytes": _peak_bytes}
+
+
+def reset_peak_memory():
+    """Start a new peak from what is held now."""
+    global _peak_bytes
+    _peak_bytes = _live_bytes
+
+
 cdef class Array:
     """A flat float32 buffer of ``size`` elements, 64-byte aligned, freed with the object."""
 
@@ -199,8 +217,15 @@ cdef class Array:
         self.data = <float *>nk_aligned_alloc(<size_t>n * sizeof(float))
         if self.data == NULL:
             raise MemoryError(f"Array: cannot allocate {n} floats")
+        global _live_bytes, _peak_bytes
+        _live_bytes += n * 4
+        if _live_bytes > _peak_bytes:
+            _peak_bytes = _live_bytes
 
     def __dealloc__(self):
+        global _live_bytes
+        if self.data != NULL:
+            _live_bytes -= self.size * 4
         free(self.data)
 
     def ptr(self):

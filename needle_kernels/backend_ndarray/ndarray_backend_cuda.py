@@ -128,10 +128,36 @@ def _require(name):
 
 # ---------------------------------------------------------------- buffers
 
+# Bytes held by live Arrays, counted where buffers are made and freed (cupy's pool may
+# keep freed blocks for reuse; this counts what the arrays hold).
+_memory = {"live_bytes": 0, "peak_bytes": 0}
+
+
+def _account(nbytes):
+    _memory["live_bytes"] += nbytes
+    if _memory["live_bytes"] > _memory["peak_bytes"]:
+        _memory["peak_bytes"] = _memory["live_bytes"]
+
+
+def memory_stats():
+    """{"live_bytes": held by live Arrays now, "peak_bytes": the most held since the last reset}."""
+    return dict(_memory)
+
+
+def reset_peak_memory():
+    """Start a new peak from what is held now."""
+    _memory["peak_bytes"] = _memory["live_bytes"]
+
+
 class Array:
     """A flat float32 buffer in GPU memory (a ``cupy`` array)."""
 
     __slots__ = ("array",)
+
+    def __del__(self):
+        array = getattr(self, "array", None)
+        if array is not None:
+            _account(-4 * array.size)
 
     def __init__(self, size):
         size = check_array_size(size)
@@ -143,6 +169,7 @@ class Array:
             # keeps addresses distinct, so empty views of different buffers are
             # never taken for views of the same one
             self.array = cupy.empty(1, dtype=np.float32)[:0]
+        _account(4 * self.array.size)
 
     @property
     def size(self):

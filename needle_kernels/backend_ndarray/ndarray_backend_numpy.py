@@ -39,6 +39,27 @@ __device_name__ = "cpu_numpy"
 __tile_size__ = 8
 
 
+# Bytes held by live Arrays, counted where buffers are made and freed (the allocator's
+# view of memory, which is what activation checkpointing saves).
+_memory = {"live_bytes": 0, "peak_bytes": 0}
+
+
+def _account(nbytes):
+    _memory["live_bytes"] += nbytes
+    if _memory["live_bytes"] > _memory["peak_bytes"]:
+        _memory["peak_bytes"] = _memory["live_bytes"]
+
+
+def memory_stats():
+    """{"live_bytes": held by live Arrays now, "peak_bytes": the most held since the last reset}."""
+    return dict(_memory)
+
+
+def reset_peak_memory():
+    """Start a new peak from what is held now."""
+    _memory["peak_bytes"] = _memory["live_bytes"]
+
+
 class Array:
     """A flat float32 buffer."""
 
@@ -46,6 +67,12 @@ class Array:
 
     def __init__(self, size):
         self.array = np.empty(check_array_size(size), dtype=np.float32)
+        _account(self.array.nbytes)
+
+    def __del__(self):
+        array = getattr(self, "array", None)
+        if array is not None:
+            _account(-array.nbytes)
 
     @property
     def size(self):
