@@ -48,6 +48,7 @@ hub-users: setup
 	$(BIN)/python hub/users.py --roster $(ROSTER) --course $(COURSE)
 
 test: setup
+	@bash scripts/install_system_deps.sh
 	@$(MAKE) --no-print-directory torch-reference
 	$(BIN)/python -m pytest -n $(JOBS) -q -rs autotests
 	NEEDLE_BACKEND=np $(BIN)/python -m pytest -n $(JOBS) -q autotests/library

@@ -56,7 +56,7 @@ c.Spawner.http_timeout = 120
 c.Spawner.start_timeout = 120
 # the hub's nbgrader settings (exchange, path_includes_course, JupyterHubAuthPlugin)
 # come before each user's own configuration
-c.Spawner.environment = {"JUPYTER_CONFIG_PATH": settings["config_dir"]}
+c.Spawner.environment = {"JUPYTER_CONFIG_PATH": f"{settings['config_dir']}-users:{settings['config_dir']}"}
 if os.geteuid() == 0 and single:
     # single-account mode run by root: the servers are root's too (JupyterLab refuses that
     # without this flag); the printed warning says students are not isolated
@@ -83,7 +83,7 @@ c.JupyterHub.load_roles = [
 
 service_env = {
     "JUPYTERHUB_DEFAULT_URL": "/formgrader",
-    "JUPYTER_CONFIG_PATH": settings["config_dir"],
+    "JUPYTER_CONFIG_PATH": f"{settings['config_dir']}-service:{settings['config_dir']}",
     # nbgrader's hub plugin asks who is calling; the service acts as the grader account
     "JUPYTERHUB_USER": settings["grader_account"],
     "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",

@@ -123,6 +123,23 @@ def prepare(opts) -> dict:
         exchange=str(exchange), single=mode == "single"))
     os.chmod(config_dir, 0o755)
     os.chmod(config_dir / "nbgrader_config.py", 0o644)
+    # what each kind of server shows (nbgrader's advice for a hub): students and TAs get no
+    # formgrader and no assignment editor in their own servers, and nobody gets the
+    # formgrader panel inside JupyterLab, whose iframe JupyterHub's frame-ancestors
+    # policy leaves blank (the course service opens the formgrader as its own page)
+    kinds = {
+        "users": ({"@jupyter/nbgrader:formgrader": True, "@jupyter/nbgrader:create-assignment": True},
+                  {"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False}}}),
+        "service": ({"@jupyter/nbgrader:formgrader": True}, None),
+    }
+    for kind, (disabled, server) in kinds.items():
+        folder = state / f"jupyter-config-{kind}"
+        (folder / "labconfig").mkdir(parents=True, exist_ok=True)
+        (folder / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": disabled}))
+        if server:
+            (folder / "jupyter_server_config.json").write_text(json.dumps(server))
+        for path in [folder, folder / "labconfig", *folder.rglob("*.json")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
 
     token_file = state / "service-token"
     if not token_file.exists():

@@ -63,8 +63,9 @@ def test_class_through_the_hub_api(hub):
     for name, s in students.items():
         user = hub.spawn(s)
         assert user["servers"][""]["ready"], name
-        # a student is not let into the formgrader
+        # a student is not let into the formgrader, and their own server has none
         assert s.get(f"{hub.url}{form}/assignments", timeout=60).status_code == 403
+        assert s.get(f"{hub.url}/user/{name}/formgrader", timeout=60).status_code == 404
         listed = hub.call(s, "GET", f"/user/{name}/assignments", params={"course_id": COURSE})
         assert listed["success"] and [a["assignment_id"] for a in listed["value"]] == ["ps1"], listed
         assert hub.call(s, "GET", f"/user/{name}/courses")["value"] == [COURSE]
