@@ -198,3 +198,20 @@ def test_state_lives_under_one_folder(tmp_path):
     assert ExecutionCache(tmp_path).dir == state.executions == tmp_path / STATE_DIR / "executions"
     write_atomic(tmp_path / "f.txt", "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == [STATE_DIR, "f.txt"]  # no partial file left
+
+
+def test_doctor_tells_a_grader_fault_from_a_machine_without_namespaces(monkeypatch):
+    """Working bubblewrap that the grader cannot start is an error, never a reason to skip."""
+    from grader import doctor
+    from grader.sandbox import confinement
+
+    monkeypatch.setattr(confinement, "probe", lambda mode: (False, "setpriv: failed to execute python"))
+    monkeypatch.setattr(confinement, "machine_allows", lambda mode: (True, f"{mode} can create namespaces"))
+    assert confinement.diagnose("bwrap")[0] == "grader-fault"
+    found = {topic: (ok, detail) for ok, topic, detail in doctor.checks()}
+    assert found["sandbox bwrap"][0] is False and "does not start" in found["sandbox bwrap"][1]
+
+    monkeypatch.setattr(confinement, "machine_allows", lambda mode: (False, "no user namespaces"))
+    assert confinement.diagnose("bwrap") == ("machine-forbids", "no user namespaces")
+    found = {topic: (ok, detail) for ok, topic, detail in doctor.checks()}
+    assert found["sandbox bwrap"] == (None, "no user namespaces")  # auto mode: information only
