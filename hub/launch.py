@@ -39,6 +39,8 @@ sys.path.insert(0, str(HERE))
 from roster_auth import write_passwords  # noqa: E402
 
 SYSTEM_EXCHANGE = "/srv/nbgrader/exchange"
+SYSTEM_STATE = "/srv/nbgrader/hub"
+DEFAULT_STATE = os.path.expanduser("~/.local/state/needle_kernels-hub")
 
 
 def read_roster(path):
@@ -87,7 +89,14 @@ def prepare(opts) -> dict:
     roles, rows = read_roster(opts.roster)
     grader_account = f"grader-{opts.course}"
     mode, note = choose_mode(opts.mode, roles, grader_account)
-    state = Path(opts.state).resolve()
+    # every user's server reads the hub's nbgrader settings from the state folder, so with
+    # real accounts it cannot sit in root's home
+    state = Path(opts.state or (SYSTEM_STATE if mode == "system" else DEFAULT_STATE)).resolve()
+    if mode == "system":
+        closed = [str(f) for f in [*reversed(state.parents)] if f.exists() and not f.stat().st_mode & 0o001]
+        if closed:
+            raise SystemExit(f"{closed[0]} keeps the users' servers from reading {state}; "
+                             f"choose another --state (default {SYSTEM_STATE})")
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o711 if mode == "system" else 0o700)
     if mode == "system":
@@ -194,7 +203,9 @@ def main(argv=None):
     parser.add_argument("--ip", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--mode", choices=["auto", "system", "single"], default="auto")
-    parser.add_argument("--state", default=os.path.expanduser("~/.local/state/needle_kernels-hub"))
+    parser.add_argument("--state", default=None,
+                        help=f"the hub's own files (default {SYSTEM_STATE} with system accounts, "
+                             f"else {DEFAULT_STATE})")
     parser.add_argument("--prepare-only", action="store_true")
     opts = parser.parse_args(argv)
     settings = prepare(opts)
