@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
-	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed,hub]"
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed,onnx,hub]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
 	@touch $@
 
@@ -50,8 +50,10 @@ hub-users: setup
 test: setup
 	@bash scripts/install_system_deps.sh
 	@$(MAKE) --no-print-directory torch-reference
-	$(BIN)/python -m pytest -n $(JOBS) -q -rs autotests
-	NEEDLE_BACKEND=np $(BIN)/python -m pytest -n $(JOBS) -q autotests/library
+	@start=$$(date +%s); \
+	$(BIN)/python -m pytest -n $(JOBS) -q -rs autotests && \
+	NEEDLE_BACKEND=np $(BIN)/python -m pytest -n $(JOBS) -q autotests/library; \
+	status=$$?; echo "whole test suite: $$(( $$(date +%s) - start )) s"; exit $$status
 
 test-fast: setup
 	$(BIN)/python -m pytest -n $(JOBS) -q -m "not slow" autotests

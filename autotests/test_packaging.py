@@ -17,7 +17,7 @@ def _pyproject():
 def test_environment_yml_lists_every_pyproject_dependency():
     project = _pyproject()["project"]
     wanted = {_name(r) for r in project["dependencies"]}
-    for extra in ("test", "course", "distributed"):  # what `make` installs
+    for extra in ("test", "course", "distributed", "onnx"):  # what `make` installs for the library
         wanted |= {_name(r) for r in project["optional-dependencies"][extra]}
     wanted |= {_name(r) for r in _pyproject()["build-system"]["requires"]}
     text = (ROOT / "environment.yml").read_text()
