@@ -74,6 +74,7 @@ class _State:
         self.extension_modules = set()
         self.namespace = None
         self.checked = {}           # id(candidate) -> (candidate, error or None)
+        self.reference_codes = frozenset()  # code of the reference implementations running now
 
 
 _STATE = _State()
@@ -212,8 +213,38 @@ def _refusal(part):
                          f"the package's {PACKAGE}.{part.paths[0]} runs only inside the tests")
 
 
+_KIT_FILE = os.path.abspath(__file__)
+
+
+def _called_from_reference():
+    """Whether the package's own code of a part now running as the reference made this call.
+
+    Walks out from the caller past the package's plumbing (autograd, module __call__) and
+    this file's switches: the first frame that is a reference implementation says yes, the
+    first frame of any other code (a notebook cell) says no. So the package's reference
+    ``epoch`` may use a blocked helper while the student's ``epoch`` may not.
+    """
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code in _STATE.reference_codes:
+            return True
+        if not (code.co_filename == _KIT_FILE or code.co_filename.startswith("<withheld")
+                or _from_package_file(code)):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _runs_package_code(name):
+    """Whether the package's own code of ``name`` runs for this call."""
+    if name in _STATE.reference:
+        return True
+    return _STATE.parts[name].blocked and bool(_STATE.reference_codes) and _called_from_reference()
+
+
 def _reference_impl(name, slot, attribute):
-    if name not in _STATE.reference:
+    if not _runs_package_code(name):
         raise _refusal(_STATE.parts[name])
     return _STATE.impls[(name, slot, attribute)]
 
@@ -229,7 +260,7 @@ def _replacement(name):
 def call_function(name, args, kwargs, slot=0):
     """What a withheld package function does when called: the student's, or the reference
     (``slot``: which of the part's package objects was called)."""
-    if name in _STATE.reference:
+    if _runs_package_code(name):
         return _STATE.impls[(name, slot, None)](*args, **kwargs)
     return _replacement(name)(*args, **kwargs)
 
@@ -277,7 +308,7 @@ def _switch_class(part, cls, slot):
     base_new = cls.__new__
 
     def __new__(klass, *args, **kwargs):
-        if klass is cls and name not in _STATE.reference:
+        if klass is cls and not _runs_package_code(name):
             # an instance of the student's class: Python then skips the package's __init__
             return _replacement(name)(*args, **kwargs)
         if base_new is object.__new__:
@@ -346,7 +377,9 @@ def start(assignment, tasks, blocked=(), namespace=None):
     A part may name no package path (``"grad_x": ()``) when the package has no twin of it:
     it is still checked to be the notebook's own. ``blocked`` lists package objects that
     would do the assignment's work without being a part's twin (``["nn.Linear"]``): they
-    refuse to run while the assignment runs, tests included, except in ``reference()``.
+    refuse to run while the assignment runs, tests included, except in ``reference()`` and
+    when, inside a test, the package's reference code of another part calls them (the
+    package's ``epoch`` may use a blocked training-loop helper; the student's may not).
 
     Run it as the first code cell of the notebook; running it again is harmless. Code run
     before it could keep unswitched package objects, so grading refuses to go on if any
@@ -400,6 +433,18 @@ def parts(task=None):
     return [p for p in _STATE.parts.values() if not p.blocked and (task is None or p.task == task)]
 
 
+def _codes_of(names):
+    """The code objects of the package implementations of ``names``."""
+    out = set()
+    for (name, _slot, _attribute), impl in _STATE.impls.items():
+        if name in names:
+            impl = getattr(impl, "fget", impl)
+            code = getattr(impl, "__code__", None)
+            if isinstance(code, types.CodeType):
+                out.add(code)
+    return frozenset(out)
+
+
 @contextmanager
 def grading(task, *names):
     """Run a test of ``names`` (all of ``task``'s parts when none are given).
@@ -428,6 +473,7 @@ def grading(task, *names):
     saved = {p.name: namespace.get(p.name, missing) for p in others}
     _STATE.in_scope = True
     _STATE.reference = frozenset(p.name for p in others)
+    _STATE.reference_codes = _codes_of(_STATE.reference)
     try:
         for p in others:
             if p.objects:       # a part with no package twin keeps the notebook's own
@@ -435,6 +481,7 @@ def grading(task, *names):
         yield
     finally:
         _STATE.reference = frozenset()
+        _STATE.reference_codes = frozenset()
         _STATE.in_scope = False
         for name, value in saved.items():
             if value is missing:
