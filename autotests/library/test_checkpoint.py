@@ -92,8 +92,7 @@ def test_a_segment_must_return_a_tensor():
 from needle_kernels.backend_selection import BACKEND  # noqa: E402
 
 # the allocator's byte counters belong to the NDArray backends (plain numpy mode has none)
-ALLOCATOR_DEVICES = [] if BACKEND == "np" else [pytest.param(ndl.cpu(), id="cpu"),
-                                                 pytest.param(ndl.cpu_numpy(), id="cpu_numpy")]
+ALLOCATOR_DEVICES = [pytest.param(ndl.cpu(), id="cpu"), pytest.param(ndl.cpu_numpy(), id="cpu_numpy")]
 
 
 def peak_of_step(blocks, x, segment):
@@ -111,11 +110,11 @@ def peak_of_step(blocks, x, segment):
     return peak
 
 
-@pytest.mark.parametrize("device", ALLOCATOR_DEVICES)
-def test_checkpointing_lowers_the_allocator_peak(device):
-    blocks = deep_mlp(16, 64, device)
-    x = ndl.Tensor(np.ones((128, 64), dtype=np.float32), device=device, requires_grad=False)
-    plain = peak_of_step(blocks, x, 1)
-    for segment in (4,):
-        kept = peak_of_step(blocks, x, segment)
-        assert kept < 0.75 * plain, (segment, kept, plain)
+if BACKEND != "np":
+    @pytest.mark.parametrize("device", ALLOCATOR_DEVICES)
+    def test_checkpointing_lowers_the_allocator_peak(device):
+        blocks = deep_mlp(16, 64, device)
+        x = ndl.Tensor(np.ones((128, 64), dtype=np.float32), device=device, requires_grad=False)
+        plain = peak_of_step(blocks, x, 1)
+        kept = peak_of_step(blocks, x, 4)
+        assert kept < 0.75 * plain, (kept, plain)

@@ -5,16 +5,17 @@ import pytest
 import needle_kernels as ndl
 from needle_kernels.apps import mlp_resnet
 from needle_kernels.apps.models import LanguageModel, ResNet9
-from needle_kernels.backend_selection import BACKEND
-
-pytestmark = pytest.mark.skipif(BACKEND == "np", reason="device comparisons need the NDArray backends")
 
 RTOL = ATOL = 1e-4
 
-
-def _skip_reference(device):
-    if device == ndl.cpu_numpy():
-        pytest.skip("cpu_numpy() is the reference device")
+# the devices compared with the reference cpu_numpy() (numpy mode has no devices to compare:
+# conftest leaves this module out there)
+_cuda = ndl.cuda()
+COMPARED = [
+    pytest.param(ndl.cpu(), id="cpu"),
+    pytest.param(_cuda, id="cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not _cuda.enabled(), reason="no CUDA device (cupy + GPU)")]),
+]
 
 
 def _close(a, b, what):
@@ -41,8 +42,8 @@ def _mlp_resnet_run(device):
     return logits, [p.numpy() for p in model.parameters()]
 
 
+@pytest.mark.parametrize("device", COMPARED)
 def test_mlp_resnet_training_same_on_devices(device):
-    _skip_reference(device)
     ref_logits, ref_params = _mlp_resnet_run(ndl.cpu_numpy())
     logits, params = _mlp_resnet_run(device)
     _close(logits, ref_logits, "logits after 3 Adam steps")
@@ -62,8 +63,8 @@ def _resnet9_run(device):
     return out.numpy(), X.grad.numpy(), params[0].grad.numpy(), params[-2].grad.numpy()
 
 
+@pytest.mark.parametrize("device", COMPARED)
 def test_resnet9_same_on_devices(device):
-    _skip_reference(device)
     ref = _resnet9_run(ndl.cpu_numpy())
     got = _resnet9_run(device)
     for name, a, b in zip(("logits", "input grad", "first conv weight grad", "last linear weight grad"), got, ref):
@@ -83,8 +84,8 @@ def _lm_run(device, seq_model):
 
 
 @pytest.mark.parametrize("seq_model", ["rnn", "lstm", "transformer"])
+@pytest.mark.parametrize("device", COMPARED)
 def test_language_model_same_on_devices(device, seq_model):
-    _skip_reference(device)
     ref = _lm_run(ndl.cpu_numpy(), seq_model)
     got = _lm_run(device, seq_model)
     for name, a, b in zip(("logits", "embedding grad", "output layer grad"), got, ref):
