@@ -47,6 +47,14 @@ def test_one_hot(device):
         init.one_hot(3, [3])
 
 
+def test_one_hot_never_builds_the_identity(device):
+    # a language model's vocabulary: eye(n) would be n * n floats (4 TB here) on every call
+    n = 1_000_000
+    oh = init.one_hot(n, [7, n - 1], device=device).numpy()
+    assert oh.shape == (2, n) and oh.sum() == 2 and oh[0, 7] == 1 and oh[1, n - 1] == 1
+    assert np.asarray(device.one_hot(n, np.array([3])))[0, 3] == 1
+
+
 def test_xavier(device):
     np.random.seed(0)
     a = math.sqrt(6 / (20 + 30)) * 2.0

@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from ..labels import one_hot_rows
+
 _DEBUG = os.environ.get("NK_DEBUG", "0") not in ("", "0")
 
 
@@ -135,10 +137,7 @@ class BackendDevice:
     def one_hot(self, n, i, dtype="float32"):
         """Rows of the n x n identity picked by the integer indices i."""
         self._check_dtype(dtype)
-        idx = np.asarray(i.numpy() if hasattr(i, "numpy") else i).astype(np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise ValueError(f"one_hot: indices must lie in [0, {n}), got range [{idx.min()}, {idx.max()}]")
-        return self.array_type(np.eye(n, dtype=np.float32)[idx], device=self)
+        return self.array_type(one_hot_rows(n, i.numpy() if hasattr(i, "numpy") else i), device=self)
 
     def empty(self, shape, dtype="float32"):
         self._check_dtype(dtype)

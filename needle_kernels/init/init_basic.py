@@ -9,6 +9,7 @@ import numpy
 
 from ..autograd import Tensor
 from ..backend_selection import default_device
+from ..labels import one_hot_rows
 
 
 def _device(device):
@@ -66,14 +67,7 @@ def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
     """Rows of the n x n identity picked by the integer labels i (any shape): shape i.shape + (n,)."""
     if isinstance(i, Tensor):
         i = i.numpy()
-    labels = numpy.asarray(i)
-    if labels.dtype.kind == "f":
-        if not numpy.all(labels == numpy.round(labels)):
-            raise ValueError("one_hot: labels must be integers")
-    labels = labels.astype(numpy.int64)
-    if labels.size and (labels.min() < 0 or labels.max() >= n):
-        raise ValueError(f"one_hot: labels must lie in [0, {n}), got range [{labels.min()}, {labels.max()}]")
-    return _tensor(numpy.eye(n, dtype=numpy.float32)[labels], device, dtype, requires_grad)
+    return _tensor(one_hot_rows(n, i), device, dtype, requires_grad)
 
 
 def zeros_like(array, *, device=None, requires_grad=False):
