@@ -4,3 +4,4 @@ from .ops_mathematic import *
 from .ops_logarithmic import *
 from .ops_conv import *
 from .ops_pooling import *
+from .ops_softplus import *
