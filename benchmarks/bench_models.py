@@ -1,17 +1,31 @@
-"""Training speed of whole models against PyTorch (CPU) with the same number of threads.
+"""Training speed of the course's models against PyTorch (CPU) with the same number of threads.
 
-1. One training epoch of MLPResNet (784 -> 100, 3 blocks, Adam) on 8,000
-   MNIST images (real when available, see ``ndl.data.load_mnist_split``).
-2. Forward + backward of ResNet9 on a batch of 128 random 3x32x32 images.
+Every row times needle_kernels and PyTorch side by side in this one run:
 
-Each measurement alternates needle_kernels and PyTorch runs and reports the
-median, so load from other processes hits both alike. The ratio is
-needle_kernels time / PyTorch time. Without torch only the needle_kernels
-column is printed. ``--profile`` adds, for needle_kernels, the time spent in
-each op's ``compute`` (forward and backward together) and in each backend
-kernel.
+* ResNet9 (the course's CIFAR-10 network) on a batch of 128 3x32x32 images:
+  forward + backward, and the whole training step with Adam;
+* one MLPResNet epoch (784 -> 100, 3 blocks, Adam) on 8,000 MNIST images
+  (real when available, see ``ndl.data.load_mnist_split``);
+* the LSTM language model (2 layers, hidden 100, embedding 100, vocabulary
+  10,000, batch 16, bptt 40): a training step with SGD, and one evaluation pass
+  over Penn Treebank's valid split (when the data directory has it);
+* a Transformer language model (2 pre-norm layers, d_model 64, 4 heads,
+  feed-forward 256, vocabulary 10,000, sequence 32, batch 16): a training step;
+* one 3x3 convolution, 64 -> 64 channels, 16x16, batch 64: forward + backward;
+* matmul 256x256 on the NDArray against numpy's ``@``;
+* per-op overhead: a chain of 1,000 tiny ops on (4, 4) Tensors, forward + backward;
+* memory: the backend allocator's high-water mark during a ResNet9 training
+  step, and each library's growth of the process's peak RSS over the same step
+  (each measured in a fresh process).
 
-    python benchmarks/bench_models.py [--threads N] [--repeat R] [--profile]
+Each timing alternates the two libraries and reports the median, so load from
+other processes hits both alike. The ratio is needle_kernels time / reference
+time. Without torch only the needle_kernels column is printed. ``--profile``
+adds, for needle_kernels, the time spent in each op's ``compute`` (forward and
+backward together), in each backend kernel, and the Python functions with the
+most own time.
+
+    python benchmarks/bench_models.py [--threads N] [--repeat R] [--profile] [--only ROW ...]
 
 Both libraries run in this one process, each with its own OpenMP runtime
 (torch ships its own libgomp). By default an OpenMP thread keeps spinning
@@ -25,6 +39,8 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
 import collections  # noqa: E402
 import cProfile  # noqa: E402
 import pstats  # noqa: E402
@@ -39,7 +55,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 import needle_kernels as ndl  # noqa: E402
 from needle_kernels.apps import mlp_resnet  # noqa: E402
-from needle_kernels.apps.models import ResNet9  # noqa: E402
+from needle_kernels.apps.models import LanguageModel, ResNet9  # noqa: E402
 
 try:
     import torch
@@ -122,7 +138,7 @@ def torch_mlp_epoch(X, y, seed=4):
     return time.perf_counter() - start, errors / len(X)
 
 
-# ---------------------------------------------------------------- ResNet9 forward + backward
+# ---------------------------------------------------------------- ResNet9
 
 
 def torch_resnet9():
@@ -147,35 +163,316 @@ def torch_resnet9():
         nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+def cifar_batch(n=128):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, n)
+
+
 class ResNet9Step:
-    def __init__(self, x):
+    """One call: forward, backward and (with ``optimize``) an Adam step; returns seconds."""
+
+    def __init__(self, x, y, optimize):
         np.random.seed(0)
         self.model = ResNet9()
         self.model.train()
-        self.x = ndl.Tensor(x, requires_grad=False)
+        self.opt = ndl.optim.Adam(self.model.parameters(), lr=1e-3) if optimize else None
+        self.loss = ndl.nn.SoftmaxLoss()
+        self.x, self.y = ndl.Tensor(x, requires_grad=False), y
 
     def __call__(self):
-        for p in self.model.parameters():
-            p.grad = None
         start = time.perf_counter()
-        out = self.model(self.x)
-        out.sum().backward()
+        if self.opt is not None:
+            self.opt.reset_grad()
+            self.loss(self.model(self.x), self.y).backward()
+            self.opt.step()
+        else:
+            for p in self.model.parameters():
+                p.grad = None
+            self.model(self.x).sum().backward()
         return time.perf_counter() - start
 
 
 class TorchResNet9Step:
-    def __init__(self, x):
+    def __init__(self, x, y, optimize):
         torch.manual_seed(0)
         self.model = torch_resnet9()
         self.model.train()
-        self.x = torch.from_numpy(x)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3) if optimize else None
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
 
     def __call__(self):
-        self.model.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        out = self.model(self.x)
-        out.sum().backward()
+        self.model.zero_grad(set_to_none=True)
+        if self.opt is not None:
+            torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+            self.opt.step()
+        else:
+            self.model(self.x).sum().backward()
         return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------- language models
+
+VOCAB, BATCH, BPTT = 10000, 16, 40
+
+
+def token_batch(T, B, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, VOCAB, (T, B)), rng.integers(0, VOCAB, T * B)
+
+
+class NdlLMStep:
+    """A training step of a language model with SGD: x (T, B) ids -> loss on y (T*B,)."""
+
+    def __init__(self, model, x, y):
+        self.model = model
+        self.model.train()
+        self.opt = ndl.optim.SGD(model.parameters(), lr=0.1)
+        self.loss = ndl.nn.SoftmaxLoss()
+        self.x, self.y = ndl.Tensor(x.astype(np.float32), requires_grad=False), y
+
+    def __call__(self):
+        start = time.perf_counter()
+        self.opt.reset_grad()
+        logits, _ = self.model(self.x)
+        self.loss(logits, self.y).backward()
+        self.opt.step()
+        return time.perf_counter() - start
+
+
+class TorchLMStep:
+    def __init__(self, model, x, y):
+        self.model = model
+        self.model.train()
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.x, self.y = torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
+
+    def __call__(self):
+        start = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        logits = self.model(self.x)
+        torch.nn.functional.cross_entropy(logits, self.y).backward()
+        self.opt.step()
+        return time.perf_counter() - start
+
+
+def ndl_lstm_lm():
+    np.random.seed(0)
+    return LanguageModel(100, VOCAB, 100, num_layers=2, seq_model="lstm")
+
+
+def torch_lstm_lm():
+    torch.manual_seed(0)
+    nn = torch.nn
+
+    class LSTMLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(VOCAB, 100)
+            self.lstm = nn.LSTM(100, 100, 2)
+            self.linear = nn.Linear(100, VOCAB)
+
+        def forward(self, x, h=None):
+            out, h = self.lstm(self.embedding(x), h)
+            return self.linear(out.reshape(-1, 100))
+
+    return LSTMLM()
+
+
+class NdlTransformerLM(ndl.nn.Module):
+    """Embedding -> nn.Transformer (pre-norm, causal, learned positions) -> Linear, on (T, B) ids."""
+
+    def __init__(self, d_model=64, heads=4, hidden=256, layers=2, seq_len=32):
+        super().__init__()
+        np.random.seed(0)
+        self.d_model = d_model
+        self.embedding = ndl.nn.Embedding(VOCAB, d_model)
+        self.transformer = ndl.nn.Transformer(d_model, hidden, layers, num_head=heads, dim_head=d_model // heads,
+                                              sequence_len=seq_len)
+        self.linear = ndl.nn.Linear(d_model, VOCAB)
+
+    def forward(self, x, h=None):
+        T, B = x.shape
+        out, _ = self.transformer(self.embedding(x))
+        return self.linear(out.reshape((T * B, self.d_model))), None
+
+
+def torch_transformer_lm(d_model=64, heads=4, hidden=256, layers=2, seq_len=32):
+    torch.manual_seed(0)
+    nn = torch.nn
+
+    class TransformerLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(VOCAB, d_model)
+            self.pos = nn.Embedding(seq_len, d_model)
+            layer = nn.TransformerEncoderLayer(d_model, heads, hidden, dropout=0.0, batch_first=False,
+                                               norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.linear = nn.Linear(d_model, VOCAB)
+
+        def forward(self, x):
+            T = x.shape[0]
+            h = self.embedding(x) + self.pos(torch.arange(T))[:, None, :]
+            mask = nn.Transformer.generate_square_subsequent_mask(T)
+            return self.linear(self.encoder(h, mask=mask, is_causal=True).reshape(-1, d_model))
+
+    return TransformerLM()
+
+
+def ptb_valid_batches():
+    """PTB's valid split as (rows, 16) ids, or None without the data."""
+    root = data_root()
+    path = root / "ptb" / "valid.txt" if root else None
+    if path is None or not path.is_file():
+        return None
+    vocab = {}
+    ids = [vocab.setdefault(w, len(vocab)) for line in path.read_text().splitlines() for w in line.split() + ["<eos>"]]
+    ids = np.asarray(ids) % VOCAB
+    return ndl.data.batchify(ids, BATCH, None, None)
+
+
+def ndl_lm_pass(model, batches):
+    """One evaluation pass (no gradient) of a recurrent language model, the state carried between windows."""
+    model.eval()
+    start, h, total = time.perf_counter(), None, 0.0
+    loss_fn = ndl.nn.SoftmaxLoss()
+    for i in range(0, len(batches) - 1, BPTT):
+        x, y = ndl.data.get_batch(batches, i, BPTT)
+        logits, h = model(x, h)
+        h = tuple(t.detach() for t in h) if isinstance(h, tuple) else h.detach()
+        total += float(loss_fn(logits, y.numpy()).numpy())
+    return time.perf_counter() - start
+
+
+def torch_lm_pass(model, batches):
+    model.eval()
+    start, h, total = time.perf_counter(), None, 0.0
+    with torch.no_grad():
+        for i in range(0, len(batches) - 1, BPTT):
+            L = min(BPTT, len(batches) - 1 - i)
+            x = torch.from_numpy(batches[i:i + L])
+            y = torch.from_numpy(batches[i + 1:i + 1 + L].reshape(-1))
+            out, h = model.lstm(model.embedding(x), h)
+            total += float(torch.nn.functional.cross_entropy(model.linear(out.reshape(-1, 100)), y))
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------- one conv layer, matmul, per-op overhead
+
+
+class NdlConvStep:
+    def __init__(self, x):
+        np.random.seed(0)
+        self.conv = ndl.nn.Conv(64, 64, 3)
+        self.x = ndl.Tensor(x, requires_grad=True)
+
+    def __call__(self):
+        start = time.perf_counter()
+        self.x.grad = None
+        for p in self.conv.parameters():
+            p.grad = None
+        self.conv(self.x).sum().backward()
+        return time.perf_counter() - start
+
+
+class TorchConvStep:
+    def __init__(self, x):
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(64, 64, 3, padding=1)
+        self.x = torch.from_numpy(x).requires_grad_()
+
+    def __call__(self):
+        start = time.perf_counter()
+        self.x.grad = None
+        self.conv.zero_grad(set_to_none=True)
+        self.conv(self.x).sum().backward()
+        return time.perf_counter() - start
+
+
+def timed_min_batch(fn, reps):
+    """Median over 5 batches of ``reps`` calls, per call (for calls too short to time one by one)."""
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        times.append((time.perf_counter() - start) / reps)
+    return float(np.median(times))
+
+
+def chain(x, y, n, tanh):
+    """The sum of n tiny ops cycling through add, multiply, tanh and scale."""
+    z = x
+    for i in range(n):
+        k = i % 4
+        z = z + y if k == 0 else z * y if k == 1 else tanh(z) if k == 2 else z * 0.5
+    return z.sum()
+
+
+class NdlChain:
+    def __init__(self, n=1000):
+        rng = np.random.default_rng(0)
+        self.n = n
+        self.x = ndl.Tensor(rng.standard_normal((4, 4)).astype(np.float32))
+        self.y = ndl.Tensor(rng.standard_normal((4, 4)).astype(np.float32))
+
+    def __call__(self):
+        start = time.perf_counter()
+        self.x.grad = self.y.grad = None
+        chain(self.x, self.y, self.n, ndl.ops.tanh).backward()
+        return time.perf_counter() - start
+
+
+class TorchChain:
+    def __init__(self, n=1000):
+        rng = np.random.default_rng(0)
+        self.n = n
+        self.x = torch.from_numpy(rng.standard_normal((4, 4)).astype(np.float32)).requires_grad_()
+        self.y = torch.from_numpy(rng.standard_normal((4, 4)).astype(np.float32)).requires_grad_()
+
+    def __call__(self):
+        start = time.perf_counter()
+        self.x.grad = self.y.grad = None
+        chain(self.x, self.y, self.n, torch.tanh).backward()
+        return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------- memory of a ResNet9 training step
+
+
+def _peak_rss_bytes():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def memory_probe(lib, threads):
+    """In this (fresh) process: one warm-up step, then the growth of peak RSS over a second step,
+    and for needle_kernels the backend allocator's high-water mark over that step; printed as JSON."""
+    set_threads(threads)
+    x, y = cifar_batch()
+    step = ResNet9Step(x, y, True) if lib == "ndl" else TorchResNet9Step(x, y, True)
+    step()
+    import gc
+    gc.collect()
+    before = _peak_rss_bytes()
+    result = {}
+    if lib == "ndl":
+        dev = ndl.default_device()
+        dev.reset_peak_memory()
+        live = dev.memory_stats()["live_bytes"]
+        step()
+        result["allocator_peak_bytes"] = dev.memory_stats()["peak_bytes"] - live
+    else:
+        step()
+    result["rss_growth_bytes"] = _peak_rss_bytes() - before
+    print(json.dumps(result))
+
+
+def measure_memory(lib, threads):
+    out = subprocess.run([sys.executable, __file__, "--memory-probe", lib, "--threads", str(threads)],
+                         capture_output=True, text=True, check=True, env={**os.environ})
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------- profiling
@@ -210,6 +507,8 @@ def profile(fn, top=12):
             if not name.startswith("_") and callable(f) and not isinstance(f, type):
                 restore.append((mod, name, f))
                 setattr(mod, name, timer(f, name, k_time, k_calls))
+    # devices cache kernel look-ups on themselves: drop the cache so the timed kernels are looked up
+    ndl.default_device()._forget_kernels()
     prof = cProfile.Profile()
     try:
         start = time.perf_counter()
@@ -220,6 +519,7 @@ def profile(fn, top=12):
     finally:
         for obj, name, f in reversed(restore):
             setattr(obj, name, f)
+        ndl.default_device()._forget_kernels()
     print(f"  total {total * 1e3:.0f} ms (profiled, timers included); in op compute "
           f"{sum(op_time.values()) * 1e3:.0f} ms; in backend kernels {sum(k_time.values()) * 1e3:.0f} ms")
     print(f"  {'op (compute)':<24} {'calls':>7} {'ms':>9} {'share':>6}")
@@ -255,50 +555,102 @@ def median_alternating(a, b, repeat):
     return float(np.median(ta)), (float(np.median(tb)) if tb else None)
 
 
+ROWS = ["resnet9", "mlp", "lstm", "ptb", "transformer", "conv", "matmul", "overhead", "memory"]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=None, help="threads for both libraries (default: current)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--only", choices=["mlp", "resnet9"], default=None)
+    ap.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="rows to run (default: all)")
+    ap.add_argument("--memory-probe", choices=["ndl", "torch"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     threads = args.threads or get_threads()
+    if args.memory_probe:
+        memory_probe(args.memory_probe, threads)
+        return 0
     set_threads(threads)
     print(f"device {ndl.default_device()}, threads {threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
           f"torch {torch.__version__ if torch else 'not installed'}")
     rows = []
 
-    if args.only in (None, "mlp"):
+    def row(name, ndl_fn, torch_fn, reference="torch", repeat=args.repeat, warm=True):
+        if warm:
+            ndl_fn()
+            if torch_fn is not None:
+                torch_fn()
+        tn, tt = median_alternating(ndl_fn, torch_fn, repeat)
+        rows.append((name, tn, tt, reference))
+        print(f"  {name}: {tn * 1e3:.1f} ms" + (f" against {tt * 1e3:.1f} ms" if tt else ""), flush=True)
+        if args.profile:
+            print(f"\nprofile: {name}")
+            profile(ndl_fn)
+
+    if "resnet9" in args.only:
+        x, y = cifar_batch()
+        row("ResNet9 fwd+bwd, batch 128", ResNet9Step(x, y, False),
+            TorchResNet9Step(x, y, False) if torch else None)
+        row("ResNet9 training step (Adam), batch 128", ResNet9Step(x, y, True),
+            TorchResNet9Step(x, y, True) if torch else None)
+
+    if "mlp" in args.only:
         X, y, _, _ = ndl.data.load_mnist_split(8000, 2000, root=data_root())
         ndl_mlp_epoch(X[:1000], y[:1000])  # warm-up
         if torch is not None:
             torch_mlp_epoch(X[:1000], y[:1000])
-        tn, tt = median_alternating(lambda: ndl_mlp_epoch(X, y)[0],
-                                    (lambda: torch_mlp_epoch(X, y)[0]) if torch else None, args.repeat)
-        rows.append(("MLPResNet epoch, 8000 MNIST, batch 100", tn, tt))
-        if args.profile:
-            print("\nprofile: MLPResNet epoch")
-            profile(lambda: ndl_mlp_epoch(X, y))
+        row("MLPResNet epoch, 8000 MNIST, batch 100", lambda: ndl_mlp_epoch(X, y)[0],
+            (lambda: torch_mlp_epoch(X, y)[0]) if torch else None, repeat=min(args.repeat, 3), warm=False)
 
-    if args.only in (None, "resnet9"):
-        x = np.random.default_rng(0).standard_normal((128, 3, 32, 32)).astype(np.float32)
-        step = ResNet9Step(x)
-        tstep = TorchResNet9Step(x) if torch else None
-        step()
-        if tstep:
-            tstep()
-        tn, tt = median_alternating(step, tstep, args.repeat)
-        rows.append(("ResNet9 fwd+bwd, batch 128 x 3x32x32", tn, tt))
-        if args.profile:
-            print("\nprofile: ResNet9 forward + backward")
-            profile(step)
+    if "lstm" in args.only:
+        x, y = token_batch(BPTT, BATCH)
+        row("LSTM LM training step, bptt 40 x batch 16", NdlLMStep(ndl_lstm_lm(), x, y),
+            TorchLMStep(torch_lstm_lm(), x, y) if torch else None)
 
-    print(f"\n{'benchmark':<42} {'needle_kernels':>15} {'torch':>10} {'ratio':>7}")
-    for name, tn, tt in rows:
-        if tt is None:
-            print(f"{name:<42} {tn * 1e3:>12.0f} ms {'-':>10} {'-':>7}")
+    if "ptb" in args.only:
+        batches = ptb_valid_batches()
+        if batches is None:
+            print("  LSTM LM pass over PTB valid: skipped, no ptb/valid.txt in the data directory")
         else:
-            print(f"{name:<42} {tn * 1e3:>12.0f} ms {tt * 1e3:>7.0f} ms {tn / tt:>6.2f}x")
+            nm, tm = ndl_lstm_lm(), (torch_lstm_lm() if torch else None)
+            row(f"LSTM LM eval pass, PTB valid ({batches.size} tokens)", lambda: ndl_lm_pass(nm, batches),
+                (lambda: torch_lm_pass(tm, batches)) if torch else None, repeat=min(args.repeat, 3), warm=False)
+
+    if "transformer" in args.only:
+        x, y = token_batch(32, BATCH)
+        row("Transformer LM training step, seq 32 x batch 16", NdlLMStep(NdlTransformerLM(), x, y),
+            TorchLMStep(torch_transformer_lm(), x, y) if torch else None)
+
+    if "conv" in args.only:
+        x = np.random.default_rng(0).standard_normal((64, 64, 16, 16)).astype(np.float32)
+        row("conv 3x3 64->64, 16x16, batch 64, fwd+bwd", NdlConvStep(x), TorchConvStep(x) if torch else None)
+
+    if "matmul" in args.only:
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
+        A, B = ndl.backend_ndarray.array(a), ndl.backend_ndarray.array(b)
+        row("matmul 256x256 (NDArray vs numpy)", lambda: timed_min_batch(lambda: A @ B, 50),
+            lambda: timed_min_batch(lambda: a @ b, 50), reference="numpy")
+
+    if "overhead" in args.only:
+        row("chain of 1000 ops on (4,4), fwd+bwd", NdlChain(), TorchChain() if torch else None)
+
+    print(f"\n{'benchmark':<48} {'needle_kernels':>15} {'reference':>18} {'ratio':>7}")
+    for name, tn, tt, ref in rows:
+        if tt is None:
+            print(f"{name:<48} {tn * 1e3:>12.1f} ms {'-':>18} {'-':>7}")
+        else:
+            print(f"{name:<48} {tn * 1e3:>12.1f} ms {ref:>8} {tt * 1e3:>6.1f} ms {tn / tt:>6.2f}x")
+
+    if "memory" in args.only:
+        mem = measure_memory("ndl", threads)
+        line = (f"{'ResNet9 step memory (MB)':<48} allocator peak {mem['allocator_peak_bytes'] / 1e6:.1f}, "
+                f"RSS growth {mem['rss_growth_bytes'] / 1e6:.1f}")
+        if torch is not None:
+            tmem = measure_memory("torch", threads)
+            ratio = mem["allocator_peak_bytes"] / max(tmem["rss_growth_bytes"], 1)
+            line += f"; torch RSS growth {tmem['rss_growth_bytes'] / 1e6:.1f}; allocator peak / torch {ratio:.2f}x"
+        print(line)
     return 0
 
 

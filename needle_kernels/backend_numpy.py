@@ -15,7 +15,7 @@ signature differs from the NDArray module's are redefined here:
 """
 import numpy
 
-from .labels import one_hot_rows
+from .labels import class_indices, one_hot_rows
 
 __device_name__ = "cpu"
 
@@ -204,6 +204,32 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2):
     m[...] = m * beta1 + g * (1 - beta1)
     v[...] = v * beta2 + (g * g) * (1 - beta2)
     return param - (m * (lr / c1)) / (numpy.sqrt(v * (1.0 / c2)) + eps)
+
+
+def softmax_cross_entropy(z, labels):
+    """``(loss, lse)`` of logits z (rows, classes) and integer labels (rows,), in z's dtype:
+    lse_i = max_i + log(sum_j exp(z_ij - max_i)) and loss_i = lse_i - z_i[labels_i]."""
+    y = _row_labels("softmax_cross_entropy", z, labels)
+    m = z.max(axis=1)
+    lse = m + numpy.log(numpy.exp(z - m[:, None]).sum(axis=1))
+    return lse - z[numpy.arange(z.shape[0]), y], lse
+
+
+def softmax_cross_entropy_grad(z, labels, lse, g):
+    """g_i * (softmax(z_i) - one_hot(labels_i)) for every row i, in z's dtype."""
+    y = _row_labels("softmax_cross_entropy_grad", z, labels)
+    out = numpy.exp(z - lse[:, None]) * g[:, None]
+    out[numpy.arange(z.shape[0]), y] -= g
+    return out
+
+
+def _row_labels(name, z, labels):
+    if z.ndim != 2 or z.shape[1] < 1:
+        raise ValueError(f"{name}: logits must be (rows, classes), got shape {z.shape}")
+    labels = numpy.asarray(labels)
+    if labels.shape != (z.shape[0],):
+        raise ValueError(f"{name}: labels of shape {labels.shape} do not match logits {z.shape}")
+    return class_indices(labels, z.shape[1], name)
 
 
 def element_strides(a):

@@ -1,26 +1,35 @@
-"""Integer class labels as one-hot rows, the one implementation behind every ``one_hot``.
+"""Integer class labels: checked once, here, for every one-hot and cross-entropy kernel.
 
-A row of the n x n identity per label, built by writing n-wide zero rows and
-one 1 per row: ``numpy.eye(n)[labels]`` would first build the whole identity,
-400 MB for a 10,000-word vocabulary, on every call.
+``one_hot_rows`` writes n-wide zero rows and one 1 per row: ``numpy.eye(n)[labels]``
+would first build the whole identity, 400 MB for a 10,000-word vocabulary, on
+every call.
 """
 import numpy
 
 
-def one_hot_rows(n, labels, dtype="float32"):
-    """A numpy array of shape ``labels.shape + (n,)``: 1 at each label's column, 0 elsewhere.
+def label_error(name, value, n):
+    """The ValueError for a label that cannot index a row of n classes."""
+    return ValueError(f"{name}: label {value!r} is not an integer in [0, {n})")
 
-    ``labels`` are integers (integer-valued floats are accepted) in [0, n); anything else is a
-    ValueError naming the offending value.
-    """
+
+def class_indices(labels, n, name="one_hot"):
+    """``labels`` (any shape; integers, or integer-valued floats as an Array holds them) as int64
+    indices; a ValueError naming the first label that is not an integer in [0, n)."""
     labels = numpy.asarray(labels)
-    if labels.dtype.kind == "f" and not numpy.all(labels == numpy.round(labels)):
-        raise ValueError("one_hot: labels must be integers")
     if labels.dtype.kind not in "fiub":
-        raise ValueError(f"one_hot: labels must be integers, got dtype {labels.dtype}")
-    labels = labels.astype(numpy.int64)
-    if labels.size and (labels.min() < 0 or labels.max() >= n):
-        raise ValueError(f"one_hot: labels must lie in [0, {n}), got range [{labels.min()}, {labels.max()}]")
+        raise ValueError(f"{name}: labels must be integers, got dtype {labels.dtype}")
+    if labels.dtype.kind == "f":
+        bad = ~((labels >= 0) & (labels < n) & (labels == numpy.floor(labels)))
+    else:
+        bad = (labels < 0) | (labels >= n)
+    if bad.any():
+        raise label_error(name, labels[bad].flat[0].item(), n)
+    return labels.astype(numpy.int64)
+
+
+def one_hot_rows(n, labels, dtype="float32"):
+    """A numpy array of shape ``labels.shape + (n,)``: 1 at each label's column, 0 elsewhere."""
+    labels = class_indices(labels, n)
     out = numpy.zeros(labels.shape + (int(n),), dtype=dtype)
     out.reshape(-1, int(n))[numpy.arange(labels.size), labels.reshape(-1)] = 1
     return out

@@ -24,7 +24,7 @@ TABLE = [
     "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
-    "adam_update", "sgd_update", "col2im",
+    "adam_update", "sgd_update", "col2im", "softmax_xent", "softmax_xent_grad",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
 SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq", "scalar_ge"]
@@ -449,3 +449,50 @@ def test_col2im_large(backend, ref, n, h, w, c, k, s):
     cols = np.random.default_rng(h).standard_normal(n * ho * wo * k * k * c).astype(np.float32)
     got, want = both(backend, ref, "col2im", [cols], n * h * w * c, n, h, w, c, k, s)
     np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- softmax cross-entropy
+
+def _xent_both(backend, ref, z, labels, g):
+    """(lse, loss, grad) from both modules for logits z (rows, cols), labels (rows,), row weights g."""
+    rows, cols = z.shape
+    results = []
+    for module in (backend, ref):
+        Z, L, G = put(module, z.ravel()), put(module, labels.astype(np.float32)), put(module, g)
+        lse, loss, out = module.Array(rows), module.Array(rows), module.Array(rows * cols)
+        module.softmax_xent(Z, L, lse, loss, rows, cols)
+        module.softmax_xent_grad(Z, L, lse, G, out, rows, cols)
+        results.append((get(module, lse), get(module, loss), get(module, out).reshape(rows, cols)))
+    return results
+
+
+def _xent_float64(z, labels, g):
+    z = z.astype(np.float64)
+    m = z.max(axis=1, keepdims=True)
+    lse = (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))[:, 0]
+    rows = np.arange(len(z))
+    grad = np.exp(z - lse[:, None]) * g[:, None]
+    grad[rows, labels] -= g
+    return lse, lse - z[rows, labels], grad
+
+
+@given_settings
+@given(st.integers(0, 9), st.integers(1, 70), st.floats(0.1, 60.0), st.integers(0, 2**32 - 1))
+def test_softmax_xent(backend, ref, rows, cols, scale, seed):
+    rng = np.random.default_rng(seed)
+    z = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+    labels, g = rng.integers(0, cols, rows), rng.standard_normal(rows).astype(np.float32)
+    got, want = _xent_both(backend, ref, z, labels, g)
+    for a, b, c in zip(got, want, _xent_float64(z, labels, g)):
+        close(a, b, rtol=1e-5, atol=1e-5 * scale)
+        close(b, c, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("rows, cols", [(640, 10000), (3, 70001), (5000, 3)])
+def test_softmax_xent_large(backend, ref, rows, cols):
+    rng = np.random.default_rng(cols)
+    z = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    labels, g = rng.integers(0, cols, rows), np.full(rows, 1.0 / rows, np.float32)
+    got, want = _xent_both(backend, ref, z, labels, g)
+    for a, b in zip(got, want):
+        close(a, b, rtol=1e-5, atol=1e-6)

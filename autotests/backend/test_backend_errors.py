@@ -211,3 +211,26 @@ def test_sgd_update_size_mismatch(backend, ref, with_u):
 ])
 def test_col2im_bad_sizes(backend, ref, cols, out, dims):
     raises_like_reference(backend, ref, "col2im", lambda m: arrays(m, cols, out) + list(dims))
+
+
+@pytest.mark.parametrize("sizes, dims", [
+    ((12, 3, 3, 3), (3, 5)),        # z has 12 elements, not rows * cols = 15
+    ((15, 2, 3, 3), (3, 5)),        # two labels for three rows
+    ((15, 3, 3, 2), (3, 5)),        # loss too small
+    ((0, 0, 0, 0), (0, 0)),         # no classes
+])
+def test_softmax_xent_bad_sizes(backend, ref, sizes, dims):
+    raises_like_reference(backend, ref, "softmax_xent", lambda m: arrays(m, *sizes) + list(dims))
+
+
+@pytest.mark.parametrize("fn", ["softmax_xent", "softmax_xent_grad"])
+@pytest.mark.parametrize("label", [5.0, -1.0, 1.5, float("nan")])
+def test_softmax_xent_bad_label(backend, ref, fn, label):
+    def make(m):
+        labels = m.Array(2)
+        m.from_numpy(np.array([0.0, label], np.float32), labels)
+        if fn == "softmax_xent":
+            return [m.Array(10), labels, m.Array(2), m.Array(2), 2, 5]
+        return [m.Array(10), labels, m.Array(2), m.Array(2), m.Array(10), 2, 5]
+
+    assert "is not an integer in [0, 5)" in raises_like_reference(backend, ref, fn, make)

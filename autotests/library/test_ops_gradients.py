@@ -90,6 +90,27 @@ def test_logsumexp_axes(device): check_op(lambda a: ndl.logsumexp(a, axes=(0, 2)
 def test_logsoftmax(device): check_op(ndl.logsoftmax, lambda a: a - np_logsumexp(a, (1,))[:, None], rand(3, 5), device=device)
 
 
+LABELS = np.array([2, 0, 4])
+def np_xent(z, y): return np_logsumexp(z, (1,)) - z[np.arange(len(z)), y]
+def test_softmax_cross_entropy(device): check_op(lambda a: ndl.softmax_cross_entropy(a, LABELS), lambda a: np_xent(a, LABELS), rand(3, 5) * 3, device=device)
+
+
+def test_softmax_cross_entropy_is_the_unfused_formula(device):
+    # the fused op equals logsumexp(z) - (z * one_hot(y)).sum(1), in value and in gradient
+    z = rand(4, 7) * 50
+    y = np.array([6, 0, 3, 3])
+    a, b = ndl.Tensor(z, device=device), ndl.Tensor(z, device=device)
+    fused = ndl.softmax_cross_entropy(a, y)
+    plain = ndl.logsumexp(b, (1,)) - (b * ndl.init.one_hot(7, y, device=device)).sum((1,))
+    np.testing.assert_allclose(fused.numpy(), plain.numpy(), rtol=1e-5, atol=1e-4)
+    w = rand(4)
+    (fused * ndl.Tensor(w, device=device)).sum().backward()
+    (plain * ndl.Tensor(w, device=device)).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="label 7"):
+        ndl.softmax_cross_entropy(a, np.array([7, 0, 0, 0]))
+
+
 def test_logsumexp_is_stable(device):
     x = np.array([[1000.0, 1000.0], [-1000.0, -1000.0]], dtype=np.float32)
     out = ndl.logsumexp(ndl.Tensor(x, device=device), axes=(1,)).numpy()
@@ -175,6 +196,10 @@ def test_second_order_log_divide(device):
 
 def test_second_order_matmul_and_logsumexp(device):
     check_second_order(lambda x, w: ndl.logsumexp(x @ w, axes=(1,)), rand(2, 3), rand(3, 4), device=device)
+
+
+def test_second_order_softmax_cross_entropy(device):
+    check_second_order(lambda x, w: ndl.softmax_cross_entropy(x @ w, LABELS), rand(3, 3), rand(3, 5), device=device)
 
 
 def test_second_order_logsoftmax(device):

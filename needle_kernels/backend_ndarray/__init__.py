@@ -57,5 +57,5 @@ from .ndarray_functions import (
     transpose,
     zeros,
 )
-from .ndarray_fused import adam_update, col2im, sgd_update
+from .ndarray_fused import adam_update, col2im, sgd_update, softmax_cross_entropy, softmax_cross_entropy_grad
 from ..shapes import broadcast_shapes

@@ -6,6 +6,8 @@ same ``ValueError``, naming the argument, for the same mistake.
 """
 import operator
 
+from ..labels import class_indices, label_error  # noqa: F401 (label_error: for the Cython backend)
+
 
 def check_array_size(size):
     """The element count of a new Array as an int; ValueError for anything that is not one."""
@@ -119,3 +121,23 @@ def check_col2im(name, cols, out, n, h, w, c, k, s):
     check_size(name, cols, n * ho * wo * k * k * c, f"cols (n={n}, ho={ho}, wo={wo}, k={k}, c={c})")
     check_size(name, out, n * h * w * c, f"out (n={n}, h={h}, w={w}, c={c})")
     return ho, wo
+
+
+def check_softmax_xent(name, z, labels, rows, cols, **arrays):
+    """Sizes of a fused softmax cross-entropy call: z (and ``out``) (rows, cols), labels and every
+    other array one value per row. Raises ValueError naming the array that does not fit."""
+    if rows < 0 or cols < 1:
+        raise ValueError(f"{name}: need rows >= 0 and cols >= 1, got rows={rows}, cols={cols}")
+    check_size(name, z, rows * cols, f"z (rows={rows}, cols={cols})")
+    check_size(name, labels, rows, f"labels (rows={rows})")
+    for what, arr in arrays.items():
+        if what == "out":
+            check_size(name, arr, rows * cols, f"out (rows={rows}, cols={cols})")
+        else:
+            check_size(name, arr, rows, f"{what} (rows={rows})")
+
+
+def check_labels(name, values, cols):
+    """The labels (float32 ids, as an Array holds them) as int64 indices; ValueError for any that is
+    not an integer in [0, cols), since the kernels index with them."""
+    return class_indices(values, cols, name)

@@ -29,13 +29,16 @@ import numpy as np
 
 cimport openmp
 from cython.parallel cimport parallel, prange, threadid
-from libc.stdlib cimport free
+from libc.math cimport logf
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 from .backend_checks import (
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_col2im,
+    check_softmax_xent,
+    label_error,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
     check_same_size,
@@ -1043,3 +1046,90 @@ def col2im(cols, out, n, h, w, c, k, s):
             for row in prange(cn * ch, num_threads=nt, schedule="static"):
                 nk_note_thread(threadid())
                 nk_col2im_row(C.data, O.data + row * cw * cc, row // ch, row % ch, cw, cc, ck, cs, cho, cwo)
+
+
+# ---------------------------------------------------------------- softmax cross-entropy
+
+cdef int _labels_as_indices(str name, Array L, Py_ssize_t rows, Py_ssize_t cols) except -1:
+    """Check every label is an integer in [0, cols): the kernels index rows with them."""
+    cdef Py_ssize_t i
+    cdef float v
+    for i in range(rows):
+        v = L.data[i]
+        if not (v >= 0 and v < cols and v == <float>(<Py_ssize_t>v)):
+            raise label_error(name, float(v), cols)
+    return 0
+
+
+cdef inline void _xent_row(const float *z, float *tmp, Py_ssize_t cols, Py_ssize_t y, float *lse,
+                           float *loss) noexcept nogil:
+    # the reference's order: max, z - max, exp, sum, then max + log(sum)
+    cdef float m = nk_max(z, cols), l
+    nk_scalar(NK_ADD, z, -m, tmp, cols)
+    nk_unary(NK_EXP, tmp, tmp, cols)
+    l = m + logf(nk_sum(tmp, cols))
+    lse[0] = l
+    loss[0] = l - z[y]
+
+
+cdef inline void _xent_grad_row(const float *z, float *out, Py_ssize_t cols, Py_ssize_t y, float lse,
+                                float g) noexcept nogil:
+    nk_scalar(NK_ADD, z, -lse, out, cols)
+    nk_unary(NK_EXP, out, out, cols)
+    nk_scalar(NK_MUL, out, g, out, cols)
+    out[y] -= g
+
+
+def softmax_xent(z, labels, lse, loss, rows, cols):
+    """Row-wise log-sum-exp and cross-entropy against integer labels (see the reference).
+
+    Each row is one task: its max, exp and sum run over the row while it is in cache."""
+    cdef Array Z = _arr("softmax_xent", "z", z)
+    cdef Array L = _arr("softmax_xent", "labels", labels)
+    cdef Array S = _arr("softmax_xent", "lse", lse)
+    cdef Array O = _arr("softmax_xent", "loss", loss)
+    rows, cols = _check_dims("softmax_xent", (("rows", rows), ("cols", cols)))
+    check_softmax_xent("softmax_xent", Z, L, rows, cols, lse=S, loss=O)
+    cdef Py_ssize_t cr = rows, cc = cols, i
+    _labels_as_indices("softmax_xent", L, cr, cc)
+    cdef int nt = _threads_for(cr * cc * 4)
+    if nt > cr:
+        nt = <int>cr if cr > 0 else 1
+    cdef float *tmp = <float *>malloc(nt * cc * sizeof(float) + 1)
+    if tmp == NULL:
+        raise MemoryError("softmax_xent: cannot allocate a row buffer")
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for i in range(cr):
+                _xent_row(Z.data + i * cc, tmp, cc, <Py_ssize_t>L.data[i], S.data + i, O.data + i)
+        else:
+            for i in prange(cr, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                _xent_row(Z.data + i * cc, tmp + threadid() * cc, cc, <Py_ssize_t>L.data[i], S.data + i, O.data + i)
+    free(tmp)
+
+
+def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
+    """out = g * (softmax(z) - one_hot(labels)) row by row (see the reference)."""
+    cdef Array Z = _arr("softmax_xent_grad", "z", z)
+    cdef Array L = _arr("softmax_xent_grad", "labels", labels)
+    cdef Array S = _arr("softmax_xent_grad", "lse", lse)
+    cdef Array G = _arr("softmax_xent_grad", "g", g)
+    cdef Array O = _arr("softmax_xent_grad", "out", out)
+    rows, cols = _check_dims("softmax_xent_grad", (("rows", rows), ("cols", cols)))
+    check_softmax_xent("softmax_xent_grad", Z, L, rows, cols, lse=S, g=G, out=O)
+    cdef Py_ssize_t cr = rows, cc = cols, i
+    _labels_as_indices("softmax_xent_grad", L, cr, cc)
+    cdef int nt = _threads_for(cr * cc * 3)
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for i in range(cr):
+                _xent_grad_row(Z.data + i * cc, O.data + i * cc, cc, <Py_ssize_t>L.data[i], S.data[i], G.data[i])
+        else:
+            for i in prange(cr, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                _xent_grad_row(Z.data + i * cc, O.data + i * cc, cc, <Py_ssize_t>L.data[i], S.data[i], G.data[i])

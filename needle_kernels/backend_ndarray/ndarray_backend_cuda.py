@@ -28,6 +28,8 @@ from .backend_checks import (
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_col2im,
+    check_labels,
+    check_softmax_xent,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
     check_array_size,
@@ -225,7 +227,8 @@ KERNELS = {
     ),
     "strided.cu": ("compact", "ewise_setitem", "scalar_setitem"),
     "matmul.cu": ("matmul", "matmul_tiled"),
-    "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle"),
+    "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle",
+                  "softmax_xent", "softmax_xent_grad"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
     "conv.cu": ("col2im",),
 }
@@ -614,3 +617,34 @@ def col2im(cols, out, n, h, w, c, k, s):
     if out.size:
         _launch(_kernel("col2im"), *grid_1d(out.size),
                 (cols.array, out.array, _i64(n), _i64(h), _i64(w), _i64(c), _i64(k), _i64(s), _i64(ho), _i64(wo)))
+
+
+# ---------------------------------------------------------------- softmax cross-entropy
+
+def _xent_launch(kernel, rows, cols, args):
+    if rows == 0:
+        return
+    # one block per row, as many threads as the row has elements (whole warps, at most THREADS)
+    threads = min(THREADS, max(32, 1 << (int(cols) - 1).bit_length()))
+    _launch(_kernel(kernel), (min(rows, MAX_BLOCKS), 1, 1), (threads, 1, 1), args)
+
+
+def softmax_xent(z, labels, lse, loss, rows, cols):
+    """Row-wise log-sum-exp and cross-entropy against integer labels (see the reference); a block per row."""
+    _require("softmax_xent")
+    _check_arrays("softmax_xent", z=z, labels=labels, lse=lse, loss=loss)
+    rows, cols = int(rows), int(cols)
+    check_softmax_xent("softmax_xent", z, labels, rows, cols, lse=lse, loss=loss)
+    check_labels("softmax_xent", labels.array.get(), cols)  # the kernel indexes with them
+    _xent_launch("softmax_xent", rows, cols, (z.array, labels.array, lse.array, loss.array, _i64(rows), _i64(cols)))
+
+
+def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
+    """out = g * (softmax(z) - one_hot(labels)) row by row (see the reference); a block per row."""
+    _require("softmax_xent_grad")
+    _check_arrays("softmax_xent_grad", z=z, labels=labels, lse=lse, g=g, out=out)
+    rows, cols = int(rows), int(cols)
+    check_softmax_xent("softmax_xent_grad", z, labels, rows, cols, lse=lse, g=g, out=out)
+    check_labels("softmax_xent_grad", labels.array.get(), cols)
+    _xent_launch("softmax_xent_grad", rows, cols,
+                 (z.array, labels.array, lse.array, g.array, out.array, _i64(rows), _i64(cols)))

@@ -23,6 +23,7 @@ import numpy as np
 from .backend_checks import (
     check_array_size,
     check_col2im,
+    check_labels,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_reduce as _check_reduce,
@@ -30,6 +31,7 @@ from .backend_checks import (
     check_same_size,
     check_scalar,
     check_size,
+    check_softmax_xent,
     check_view,
     prod,
     read_view,
@@ -312,3 +314,39 @@ def col2im(cols, out, n, h, w, c, k, s):
     for ki in range(k):
         for kj in range(k):
             img[:, ki:ki + s * (ho - 1) + 1:s, kj:kj + s * (wo - 1) + 1:s, :] += windows[:, :, :, ki, kj, :]
+
+
+# ---------------------------------------------------------------- softmax cross-entropy
+# Extensions used by nn.SoftmaxLoss: one pass over each row of logits for the
+# loss, one for its gradient, where the same formulas written with array
+# operations take a max, a broadcast, an exp, a sum, a log, a one-hot product
+# and as many temporaries of the logits' size. Labels are float32 ids (an Array
+# holds float32), each an integer in [0, cols); z is compact (rows, cols).
+
+def softmax_xent(z, labels, lse, loss, rows, cols):
+    """Row-wise log-sum-exp and cross-entropy of logits z against integer labels:
+
+        m_i     = max_j z[i, j]
+        lse[i]  = m_i + log(sum_j exp(z[i, j] - m_i))
+        loss[i] = lse[i] - z[i, labels[i]]
+    """
+    check_softmax_xent("softmax_xent", z, labels, rows, cols, lse=lse, loss=loss)
+    y = check_labels("softmax_xent", labels.array, cols)
+    Z = z.array.reshape(rows, cols)
+    if rows == 0:
+        return
+    m = Z.max(axis=1)
+    lse.array[:] = m + np.log(np.exp(Z - m[:, None]).sum(axis=1))
+    loss.array[:] = lse.array - Z[np.arange(rows), y]
+
+
+def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
+    """The gradient of g-weighted rows of softmax_xent's loss with respect to z:
+
+        out[i, j] = g[i] * (exp(z[i, j] - lse[i]) - (1 if j == labels[i] else 0))
+    """
+    check_softmax_xent("softmax_xent_grad", z, labels, rows, cols, lse=lse, g=g, out=out)
+    y = check_labels("softmax_xent_grad", labels.array, cols)
+    O = out.array.reshape(rows, cols)
+    O[...] = np.exp(z.array.reshape(rows, cols) - lse.array[:, None]) * g.array[:, None]
+    O[np.arange(rows), y] -= g.array

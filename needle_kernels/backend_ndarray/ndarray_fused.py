@@ -1,10 +1,12 @@
-"""Entry points of the backends' fused kernels: optimizer updates and col2im.
+"""Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy.
 
 Each is one pass of one kernel over whole arrays, where the same formula
 written with array operations would take a dozen kernels and temporaries.
 Shapes and devices are checked here; sizes again by the backend (see
 ``ndarray_backend_numpy`` for what each kernel computes).
 """
+import numpy as np
+
 from .ndarray import NDArray
 
 
@@ -60,4 +62,34 @@ def col2im(cols, image_shape, stride):
         raise ValueError(f"col2im: cols of shape {cols.shape} are not the {k}x{k} stride-{s} windows of {image_shape}")
     out = NDArray._new((n, h, w, c), cols._device)
     cols._device.col2im(cols.compact()._handle, out._handle, n, h, w, c, k, s)
+    return out
+
+
+def _xent_args(name, z, labels):
+    if not isinstance(z, NDArray) or z.ndim != 2 or z.shape[1] < 1:
+        raise ValueError(f"{name}: logits must be an NDArray (rows, classes), got shape {getattr(z, 'shape', None)}")
+    labels = np.asarray(labels)
+    if labels.shape != (z.shape[0],):
+        raise ValueError(f"{name}: labels of shape {labels.shape} do not match logits {z.shape}")
+    return z.compact(), NDArray(labels.astype(np.float32), device=z._device)
+
+
+def softmax_cross_entropy(z, labels):
+    """``(loss, lse)`` of logits z (rows, classes) and integer labels (rows,): per-row cross-entropy
+    lse(z_i) - z_i[labels_i] and the row log-sum-exps its gradient reuses, in one kernel."""
+    z, y = _xent_args("softmax_cross_entropy", z, labels)
+    rows, cols = z.shape
+    lse, loss = NDArray._new((rows,), z._device), NDArray._new((rows,), z._device)
+    z._device.softmax_xent(z._handle, y._handle, lse._handle, loss._handle, rows, cols)
+    return loss, lse
+
+
+def softmax_cross_entropy_grad(z, labels, lse, g):
+    """g[i] * (softmax(z_i) - one_hot(labels_i)) for every row i, in one kernel."""
+    z, y = _xent_args("softmax_cross_entropy_grad", z, labels)
+    rows, cols = z.shape
+    _same_layout("softmax_cross_entropy_grad", NDArray._new((rows,), z._device), lse=lse, g=g)
+    out = NDArray._new((rows, cols), z._device)
+    z._device.softmax_xent_grad(z._handle, y._handle, lse.compact()._handle, g.compact()._handle, out._handle,
+                                rows, cols)
     return out

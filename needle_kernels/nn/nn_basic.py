@@ -166,9 +166,8 @@ class SoftmaxLoss(Module):
         labels = y.numpy() if isinstance(y, Tensor) else numpy.asarray(y)
         if labels.shape != (batch,):
             raise ValueError(f"SoftmaxLoss: labels shape {labels.shape} does not match logits {logits.shape}")
-        y_one_hot = init.one_hot(classes, labels, device=logits.device, dtype=logits.dtype)
-        lse = ops.logsumexp(logits, axes=(1,))
-        return (lse.sum() - (logits * y_one_hot).sum()) / batch
+        # logsumexp(z) - (z * one_hot(y)).sum(), fused: one pass over the logits each way
+        return ops.summation(ops.softmax_cross_entropy(logits, labels)) / batch
 
 
 class BatchNorm1d(Module):

@@ -5,8 +5,9 @@ overflow ``exp``; the gradients are written with ops (differentiable again).
 """
 import numpy
 
-from ..autograd import TensorOp
+from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api
+from ..labels import one_hot_rows
 from ..shapes import kept_shape, normalize_axes
 from .ops_mathematic import broadcast_to, exp, reshape, summation
 
@@ -69,3 +70,56 @@ class LogSumExp(TensorOp):
 
 def logsumexp(a, axes=None):
     return LogSumExp(axes)(a)
+
+
+class SoftmaxCrossEntropy(TensorOp):
+    """out_i = logsumexp(z_i) - z_i[y_i]: the cross-entropy of each row of logits z (B, k) against
+    integer labels y (B,), the same as ``logsumexp(z, (1,)) - (z * one_hot(y)).sum((1,))``.
+
+    dz_i = g_i * (softmax(z_i) - one_hot(y_i)). Each direction is one fused kernel that reads a
+    row of z while it is in cache, with no one-hot matrix and no broadcast copies; the forward
+    keeps the row log-sum-exps for the backward.
+    """
+
+    def __init__(self, labels):
+        self.labels = numpy.asarray(labels)
+
+    def compute(self, z):
+        loss, lse = array_api.softmax_cross_entropy(z, self.labels)
+        return SavedForBackward(loss, lse)
+
+    def gradient(self, out_grad, node):
+        z = node.inputs[0]
+        lse = node.saved
+        if lse is None:  # the node was built around a known output: compute them again
+            lse = array_api.softmax_cross_entropy(z.realize_cached_data(), self.labels)[1]
+        return SoftmaxCrossEntropyGrad(self.labels)(z, out_grad, Tensor.make_const(lse))
+
+
+def softmax_cross_entropy(z, labels):
+    """Per-row cross-entropy of logits z (B, k) against integer labels (B,): a Tensor (B,)."""
+    return SoftmaxCrossEntropy(labels)(z)
+
+
+class SoftmaxCrossEntropyGrad(TensorOp):
+    """out = g_i * (softmax(z_i) - one_hot(y_i)) for inputs (z, g, lse), lse the rows' log-sum-exps.
+
+    Differentiable again (a Hessian-vector product through the loss): with S = softmax(z), Y the
+    one-hot labels and H the incoming gradient, dz = g * S * (H - sum_j H * S), dg = sum_j H * (S - Y);
+    lse is a constant of the forward pass.
+    """
+
+    def __init__(self, labels):
+        self.labels = numpy.asarray(labels)
+
+    def compute(self, z, g, lse):
+        return array_api.softmax_cross_entropy_grad(z, self.labels, lse, g)
+
+    def gradient(self, out_grad, node):
+        z, g, _ = node.inputs
+        rows, k = z.shape
+        S = exp(logsoftmax(z))
+        Y = Tensor(one_hot_rows(k, self.labels), device=z.device, dtype=z.dtype, requires_grad=False)
+        row = lambda v: broadcast_to(reshape(v, (rows, 1)), (rows, k))  # noqa: E731
+        dz = row(g) * S * (out_grad - row(summation(out_grad * S, (1,))))
+        return dz, summation(out_grad * (S - Y), (1,)), None

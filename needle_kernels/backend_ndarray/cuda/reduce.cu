@@ -113,3 +113,44 @@ extern "C" __global__ void __launch_bounds__(MIDDLE_LANES * MIDDLE_ROWS)
 reduce_max_middle(const float* a, float* out, index_t outer, index_t R, index_t inner) {
     reduce_middle(a, out, outer, R, inner, MaxOp());
 }
+
+// softmax_xent / softmax_xent_grad (ndarray_backend_numpy.softmax_xent): one
+// block per row of logits z (rows, cols), grid-stride over rows. The block
+// finds the row's max, then the sum of exp(z - max), with block_reduce; the
+// gradient is one coalesced pass per row. Labels are float32 ids the Python
+// side has checked to be integers in [0, cols).
+extern "C" __global__ void softmax_xent(const float* z, const float* labels, float* lse, float* loss, index_t rows,
+                                        index_t cols) {
+    __shared__ float row_max;
+    for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float* zr = z + row * cols;
+        float m = MaxOp::identity();
+        for (index_t j = threadIdx.x; j < cols; j += blockDim.x) m = nan_max(m, zr[j]);
+        m = block_reduce(m, MaxOp());
+        if (threadIdx.x == 0) row_max = m;
+        __syncthreads();
+        m = row_max;
+        float s = 0.0f;
+        for (index_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(zr[j] - m);
+        s = block_reduce(s, SumOp());
+        if (threadIdx.x == 0) {
+            const float l = m + logf(s);
+            lse[row] = l;
+            loss[row] = l - zr[(index_t)labels[row]];
+        }
+    }
+}
+
+extern "C" __global__ void softmax_xent_grad(const float* z, const float* labels, const float* lse, const float* g,
+                                             float* out, index_t rows, index_t cols) {
+    for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float* zr = z + row * cols;
+        float* orow = out + row * cols;
+        const float l = lse[row], w = g[row];
+        const index_t y = (index_t)labels[row];
+        for (index_t j = threadIdx.x; j < cols; j += blockDim.x) {
+            const float p = expf(zr[j] - l) * w;
+            orow[j] = j == y ? p - w : p;
+        }
+    }
+}
