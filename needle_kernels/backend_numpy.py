@@ -232,6 +232,40 @@ def _row_labels(name, z, labels):
     return class_indices(labels, z.shape[1], name)
 
 
+def _bn_columns(name, x):
+    if x.ndim != 2 or 0 in x.shape:
+        raise ValueError(f"{name}: x must be non-empty (rows, channels), got shape {x.shape}")
+
+
+def batchnorm_stats(x):
+    """``(mean, var)`` of each column of x (rows, channels), biased variance, in x's dtype
+    (float32 sums accumulate in float64, as the NDArray backends' do)."""
+    _bn_columns("batchnorm_stats", x)
+    X = x.astype(numpy.float64)
+    m = X.mean(axis=0)
+    return m.astype(x.dtype), ((X - m) ** 2).mean(axis=0).astype(x.dtype)
+
+
+def batchnorm_apply(x, scale, shift):
+    """x * scale + shift with one scale and shift per column of x (rows, channels)."""
+    _bn_columns("batchnorm_apply", x)
+    return x * scale + shift
+
+
+def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
+    """``(dx, dweight, dbias)`` of (x - mean) * invstd * weight + bias for the adjoint dy, in x's dtype
+    (the formulas of ``ndarray_backend_numpy.batchnorm_backward``)."""
+    _bn_columns("batchnorm_backward", x)
+    rows = x.shape[0]
+    X, G = x.astype(numpy.float64), dy.astype(numpy.float64)
+    s = invstd.astype(numpy.float64)
+    xhat = (X - mean) * s
+    db, dw = G.sum(axis=0), (G * xhat).sum(axis=0)
+    k = weight * s
+    dx = k * (G - db / rows - xhat * (dw / rows)) if batch_stats else k * G
+    return dx.astype(x.dtype), dw.astype(x.dtype), db.astype(x.dtype)
+
+
 def element_strides(a):
     """Strides of a numpy array in elements (NDArray.strides already are)."""
     return tuple(s // a.itemsize for s in a.strides)

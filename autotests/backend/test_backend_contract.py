@@ -25,6 +25,7 @@ TABLE = [
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "sgd_update", "col2im", "softmax_xent", "softmax_xent_grad",
+    "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
 SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq", "scalar_ge"]
@@ -496,3 +497,64 @@ def test_softmax_xent_large(backend, ref, rows, cols):
     got, want = _xent_both(backend, ref, z, labels, g)
     for a, b in zip(got, want):
         close(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- batch normalization
+
+def _bn_float64(x, dy, w, batch_stats):
+    """(mean, var, dx, dweight, dbias) in float64 from the definitions."""
+    x, dy, w = (a.astype(np.float64) for a in (x, dy, w))
+    rows = len(x)
+    mean, var = x.mean(0), x.var(0)
+    s = 1 / np.sqrt(var.astype(np.float32) + np.float32(1e-5))
+    xhat = (x - mean.astype(np.float32)) * s
+    db, dw = dy.sum(0), (dy * xhat).sum(0)
+    dx = w * s * (dy - db / rows - xhat * dw / rows) if batch_stats else w * s * dy
+    return mean, var, dx, dw, db
+
+
+def _bn_both(backend, ref, x, dy, w, scale, shift, batch_stats):
+    rows, cols = x.shape
+    results = []
+    for module in (backend, ref):
+        X, G, W = put(module, x.ravel()), put(module, dy.ravel()), put(module, w)
+        S, B = put(module, scale), put(module, shift)
+        mean, var = module.Array(cols), module.Array(cols)
+        module.batchnorm_stats(X, mean, var, rows, cols)
+        out = module.Array(rows * cols)
+        module.batchnorm_apply(X, S, B, out, rows, cols)
+        m, v = get(module, mean), get(module, var)
+        invstd = put(module, (1 / np.sqrt(v + np.float32(1e-5))).astype(np.float32))
+        dx, dw, db = module.Array(rows * cols), module.Array(cols), module.Array(cols)
+        module.batchnorm_backward(X, G, mean, invstd, W, dx, dw, db, rows, cols, batch_stats)
+        results.append((m, v, get(module, out).reshape(rows, cols), get(module, dx).reshape(rows, cols),
+                        get(module, dw), get(module, db)))
+    return results
+
+
+@given_settings
+@given(st.integers(1, 40), st.integers(1, 70), st.floats(0.01, 100.0), st.booleans(), st.integers(0, 2**32 - 1))
+def test_batchnorm(backend, ref, rows, cols, spread, batch_stats, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * spread + rng.standard_normal(cols) * 3).astype(np.float32)
+    dy, w = rng.standard_normal((rows, cols)).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    scale, shift = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    got, want = _bn_both(backend, ref, x, dy, w, scale, shift, batch_stats)
+    for a, b in zip(got, want):
+        close(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max(initial=0))))
+    mean, var, dx, dw, db = _bn_float64(x, dy, w, batch_stats)
+    close(want[0], mean, rtol=1e-5, atol=1e-6 * spread)
+    close(want[1], var, rtol=1e-4, atol=1e-6 * spread ** 2)
+    close(want[2], x * scale + shift, rtol=1e-5, atol=1e-5 * spread)
+    for a, b in zip(want[3:], (dx, dw, db)):
+        close(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(b).max(initial=0))))
+
+
+@pytest.mark.parametrize("rows, cols", [(8192, 16), (512, 128), (100003, 3)])
+def test_batchnorm_large(backend, ref, rows, cols):
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, cols)) * 2 + 5).astype(np.float32)
+    dy, w = rng.standard_normal((rows, cols)).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    got, want = _bn_both(backend, ref, x, dy, w, w, w, True)
+    for a, b in zip(got, want):
+        close(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())))

@@ -234,3 +234,16 @@ def test_softmax_xent_bad_label(backend, ref, fn, label):
         return [m.Array(10), labels, m.Array(2), m.Array(2), m.Array(10), 2, 5]
 
     assert "is not an integer in [0, 5)" in raises_like_reference(backend, ref, fn, make)
+
+
+@pytest.mark.parametrize("fn, sizes, dims", [
+    ("batchnorm_stats", (11, 4, 4), (3, 4)),              # x has 11 elements, not 3 * 4
+    ("batchnorm_stats", (12, 3, 4), (3, 4)),              # mean has 3, not one per column
+    ("batchnorm_stats", (0, 0, 0), (0, 4)),               # no rows: no statistics
+    ("batchnorm_apply", (12, 4, 5, 12), (3, 4)),          # shift has 5
+    ("batchnorm_apply", (12, 4, 4, 11), (3, 4)),          # out too small
+    ("batchnorm_backward", (12, 12, 4, 4, 4, 12, 4, 3), (3, 4, True)),   # dbias has 3
+    ("batchnorm_backward", (12, 10, 4, 4, 4, 12, 4, 4), (3, 4, False)),  # dy has 10
+])
+def test_batchnorm_bad_sizes(backend, ref, fn, sizes, dims):
+    raises_like_reference(backend, ref, fn, lambda m: arrays(m, *sizes) + list(dims))

@@ -93,8 +93,9 @@ def np_batchnorm(x, axes, w, b, eps=1e-5):
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
-def test_batchnorm1d(device):
-    bn = nn.BatchNorm1d(3, device=device)
+@pytest.mark.parametrize("fused", [True, False])
+def test_batchnorm1d(device, fused):
+    bn = nn.BatchNorm1d(3, device=device, fused=fused)
     bn.weight.data = T([1.0, 2.0, 0.5], device)
     bn.bias.data = T([0.0, -1.0, 1.0], device)
     x = rand(6, 3) * 2 + 1
@@ -107,28 +108,57 @@ def test_batchnorm1d(device):
     np.testing.assert_allclose(bn(T(x, device)).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
-def test_batchnorm1d_gradients(device):
+@pytest.mark.parametrize("fused", [True, False])
+def test_batchnorm1d_gradients(device, fused):
     def f(x, w, b):
-        bn = nn.BatchNorm1d(3, device=device)
+        bn = nn.BatchNorm1d(3, device=device, fused=fused)
         bn.weight, bn.bias = w, b
         return bn(x)
     check_gradients(f, rand(5, 3), rand(3) + 1, rand(3), device=device)
 
 
-def test_batchnorm2d(device):
-    bn = nn.BatchNorm2d(2, device=device)
+@pytest.mark.parametrize("fused", [True, False])
+def test_batchnorm2d(device, fused):
+    bn = nn.BatchNorm2d(2, device=device, fused=fused)
     x = rand(3, 2, 4, 4) * 3
     out = bn(T(x, device))
     np.testing.assert_allclose(out.numpy(), np_batchnorm(x, (0, 2, 3), 1, 0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x.mean((0, 2, 3)), rtol=1e-5, atol=1e-7)
 
     def f(x, w, b):
-        m = nn.BatchNorm2d(2, device=device)
+        m = nn.BatchNorm2d(2, device=device, fused=fused)
         m.weight, m.bias = w, b
         return m(x)
     check_gradients(f, rand(2, 2, 2, 3), rand(2) + 1, rand(2), device=device)
     with pytest.raises(ValueError, match=r"\(3, 3, 4, 4\)"):
         bn(T(rand(3, 3, 4, 4), device))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_fused_batchnorm_is_the_generic_one(device, training):
+    # the fused kernels against the same formulas in generic ops: outputs, every gradient, running stats
+    x, g = rand(4, 5, 3, 2) * 3 + 1, rand(4, 5, 3, 2)
+    running_mean, running_var = rand(5), rand(5) ** 2 + 0.5
+    results = []
+    for fused in (True, False):
+        bn = nn.BatchNorm2d(5, device=device, fused=fused)
+        bn.weight.data, bn.bias.data = T([0.5, 1, 2, -1, 3], device), T([1, 0, -2, 0.5, 0], device)
+        bn.running_mean.data, bn.running_var.data = T(running_mean, device), T(running_var, device)
+        if not training:
+            bn.eval()
+        xt = ndl.Tensor(x, device=device, requires_grad=True)
+        (bn(xt) * T(g, device)).sum().backward()
+        results.append([bn(ndl.Tensor(x, device=device)).numpy(), xt.grad.numpy(), bn.weight.grad.numpy(),
+                        bn.bias.grad.numpy(), bn.running_mean.numpy(), bn.running_var.numpy()])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_batchnorm_says_it_is_differentiable_once(device):
+    x = ndl.Tensor(rand(4, 3), device=device, requires_grad=True)
+    grads = ndl.ops.BatchNormRowsGrad(*ndl.ops.batch_statistics(x), True)(x, T(np.ones(3), device), x)
+    with pytest.raises(NotImplementedError, match="fused=False"):
+        grads[0].sum().backward()
 
 
 def test_layernorm1d(device):

@@ -57,5 +57,14 @@ from .ndarray_functions import (
     transpose,
     zeros,
 )
-from .ndarray_fused import adam_update, col2im, sgd_update, softmax_cross_entropy, softmax_cross_entropy_grad
+from .ndarray_fused import (
+    adam_update,
+    batchnorm_apply,
+    batchnorm_backward,
+    batchnorm_stats,
+    col2im,
+    sgd_update,
+    softmax_cross_entropy,
+    softmax_cross_entropy_grad,
+)
 from ..shapes import broadcast_shapes

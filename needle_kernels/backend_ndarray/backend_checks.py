@@ -141,3 +141,14 @@ def check_labels(name, values, cols):
     """The labels (float32 ids, as an Array holds them) as int64 indices; ValueError for any that is
     not an integer in [0, cols), since the kernels index with them."""
     return class_indices(values, cols, name)
+
+
+def check_batchnorm(name, rows, cols, full, columns):
+    """Sizes of a fused batch-norm call on x (rows, cols): every array in ``full`` has rows * cols
+    elements, every one in ``columns`` one per column. Raises ValueError naming the misfit."""
+    if rows < 1 or cols < 1:
+        raise ValueError(f"{name}: need rows >= 1 and cols >= 1, got rows={rows}, cols={cols}")
+    for what, arr in full.items():
+        check_size(name, arr, rows * cols, f"{what} (rows={rows}, cols={cols})")
+    for what, arr in columns.items():
+        check_size(name, arr, cols, f"{what} (cols={cols})")

@@ -34,6 +34,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 from .backend_checks import (
+    check_batchnorm,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_col2im,
@@ -1133,3 +1134,162 @@ def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
             for i in prange(cr, num_threads=nt, schedule="static"):
                 nk_note_thread(threadid())
                 _xent_grad_row(Z.data + i * cc, O.data + i * cc, cc, <Py_ssize_t>L.data[i], S.data[i], G.data[i])
+
+
+# ---------------------------------------------------------------- batch normalization
+# Rows are split into one chunk per thread; each chunk's column sums land in a
+# private float64 row of ``acc`` and are added up after the parallel loop, so
+# threads never share an accumulator.
+
+cdef inline void _col_sums(const float *x, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t cols, const double *center,
+                           double *acc) noexcept nogil:
+    """acc[c] += sum of x[r, c] over rows r0..r1 (or of (x - center)**2 when center is not NULL)."""
+    cdef Py_ssize_t r, c
+    cdef const float *row
+    cdef double d
+    for r in range(r0, r1):
+        row = x + r * cols
+        if center == NULL:
+            for c in range(cols):
+                acc[c] += row[c]
+        else:
+            for c in range(cols):
+                d = row[c] - center[c]
+                acc[c] += d * d
+
+
+cdef inline void _grad_sums(const float *x, const float *dy, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t cols,
+                            const double *mean, const double *s, double *acc) noexcept nogil:
+    """acc[c] += dy, acc[cols + c] += dy * xhat over rows r0..r1."""
+    cdef Py_ssize_t r, c
+    cdef double g
+    for r in range(r0, r1):
+        for c in range(cols):
+            g = dy[r * cols + c]
+            acc[c] += g
+            acc[cols + c] += g * (x[r * cols + c] - mean[c]) * s[c]
+
+
+cdef class _ColumnScratch:
+    """nt rows of ``width`` float64 accumulators plus a few per-column float64 vectors."""
+    cdef double *acc
+    cdef double *vec
+    cdef Py_ssize_t nt, width
+
+    def __cinit__(self, Py_ssize_t nt, Py_ssize_t width, Py_ssize_t nvec):
+        self.nt, self.width = nt, width
+        self.acc = <double *>malloc(nt * width * sizeof(double) + 8)
+        self.vec = <double *>malloc(nvec * width * sizeof(double) + 8)
+        if self.acc == NULL or self.vec == NULL:
+            raise MemoryError("batch norm: cannot allocate column accumulators")
+        memset(self.acc, 0, nt * width * sizeof(double))
+
+    def __dealloc__(self):
+        free(self.acc)
+        free(self.vec)
+
+    cdef void total(self, double *out) noexcept nogil:
+        """out[c] = sum over threads of acc[t, c]; clears acc for the next pass."""
+        cdef Py_ssize_t t, c
+        for c in range(self.width):
+            out[c] = 0.0
+        for t in range(self.nt):
+            for c in range(self.width):
+                out[c] += self.acc[t * self.width + c]
+                self.acc[t * self.width + c] = 0.0
+
+
+cdef inline Py_ssize_t _chunk(Py_ssize_t rows, int nt) noexcept nogil:
+    return (rows + nt - 1) // nt
+
+
+def batchnorm_stats(x, mean, var, rows, cols):
+    """Column mean and biased variance of compact x (rows, cols) (see the reference)."""
+    cdef Array X = _arr("batchnorm_stats", "x", x)
+    cdef Array M = _arr("batchnorm_stats", "mean", mean)
+    cdef Array V = _arr("batchnorm_stats", "var", var)
+    rows, cols = _check_dims("batchnorm_stats", (("rows", rows), ("cols", cols)))
+    check_batchnorm("batchnorm_stats", rows, cols, dict(x=X), dict(mean=M, var=V))
+    cdef Py_ssize_t cr = rows, cc = cols, c, step, t
+    cdef int nt = _threads_for(cr * cc * 2)
+    cdef _ColumnScratch sc = _ColumnScratch(nt, cc, 2)
+    cdef double *m = sc.vec
+    cdef double *v = sc.vec + cc
+    step = _chunk(cr, nt)
+    nk_reset_threads()
+    with nogil:
+        for t in prange(nt, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            _col_sums(X.data, t * step, min((t + 1) * step, cr), cc, NULL, sc.acc + t * cc)
+        sc.total(m)
+        for c in range(cc):
+            m[c] = m[c] / cr
+        for t in prange(nt, num_threads=nt, schedule="static"):
+            _col_sums(X.data, t * step, min((t + 1) * step, cr), cc, m, sc.acc + t * cc)
+        sc.total(v)
+        for c in range(cc):
+            M.data[c] = <float>m[c]
+            V.data[c] = <float>(v[c] / cr)
+
+
+def batchnorm_apply(x, scale, shift, out, rows, cols):
+    """out[r, c] = x[r, c] * scale[c] + shift[c] (see the reference)."""
+    cdef Array X = _arr("batchnorm_apply", "x", x)
+    cdef Array S = _arr("batchnorm_apply", "scale", scale)
+    cdef Array B = _arr("batchnorm_apply", "shift", shift)
+    cdef Array O = _arr("batchnorm_apply", "out", out)
+    rows, cols = _check_dims("batchnorm_apply", (("rows", rows), ("cols", cols)))
+    check_batchnorm("batchnorm_apply", rows, cols, dict(x=X, out=O), dict(scale=S, shift=B))
+    cdef Py_ssize_t cr = rows, cc = cols, r, c
+    cdef int nt = _threads_for(cr * cc)
+    nk_reset_threads()
+    with nogil:
+        for r in prange(cr, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            for c in range(cc):
+                O.data[r * cc + c] = X.data[r * cc + c] * S.data[c] + B.data[c]
+
+
+def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):
+    """dbias, dweight and dx of the batch norm (see the reference): one pass for the column sums,
+    one for dx."""
+    cdef Array X = _arr("batchnorm_backward", "x", x)
+    cdef Array G = _arr("batchnorm_backward", "dy", dy)
+    cdef Array M = _arr("batchnorm_backward", "mean", mean)
+    cdef Array S = _arr("batchnorm_backward", "invstd", invstd)
+    cdef Array W = _arr("batchnorm_backward", "weight", weight)
+    cdef Array DX = _arr("batchnorm_backward", "dx", dx)
+    cdef Array DW = _arr("batchnorm_backward", "dweight", dweight)
+    cdef Array DB = _arr("batchnorm_backward", "dbias", dbias)
+    rows, cols = _check_dims("batchnorm_backward", (("rows", rows), ("cols", cols)))
+    check_batchnorm("batchnorm_backward", rows, cols, dict(x=X, dy=G, dx=DX),
+                    dict(mean=M, invstd=S, weight=W, dweight=DW, dbias=DB))
+    cdef Py_ssize_t cr = rows, cc = cols, c, r, step, t
+    cdef int stats = bool(batch_stats)
+    cdef int nt = _threads_for(cr * cc * 3)
+    cdef _ColumnScratch sc = _ColumnScratch(nt, 2 * cc, 3)
+    cdef double *m = sc.vec             # mean, invstd, then (db, dw) side by side
+    cdef double *s = sc.vec + 2 * cc
+    cdef double *sums = sc.vec + 4 * cc
+    cdef double k, xh
+    for c in range(cc):
+        m[c] = M.data[c]
+        s[c] = S.data[c]
+    step = _chunk(cr, nt)
+    nk_reset_threads()
+    with nogil:
+        for t in prange(nt, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            _grad_sums(X.data, G.data, t * step, min((t + 1) * step, cr), cc, m, s, sc.acc + t * 2 * cc)
+        sc.total(sums)
+        for c in range(cc):
+            DB.data[c] = <float>sums[c]
+            DW.data[c] = <float>sums[cc + c]
+        for r in prange(cr, num_threads=nt, schedule="static"):
+            for c in range(cc):
+                k = W.data[c] * s[c]
+                if stats:
+                    xh = (X.data[r * cc + c] - m[c]) * s[c]
+                    DX.data[r * cc + c] = <float>(k * (G.data[r * cc + c] - sums[c] / cr - xh * (sums[cc + c] / cr)))
+                else:
+                    DX.data[r * cc + c] = <float>(k * G.data[r * cc + c])

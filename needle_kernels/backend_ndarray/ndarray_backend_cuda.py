@@ -27,6 +27,7 @@ import numpy as np
 from .backend_checks import (
     check_matmul as _check_matmul,
     check_optim as _check_optim,
+    check_batchnorm,
     check_col2im,
     check_labels,
     check_softmax_xent,
@@ -231,6 +232,7 @@ KERNELS = {
                   "softmax_xent", "softmax_xent_grad"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
     "conv.cu": ("col2im",),
+    "batchnorm.cu": ("batchnorm_stats", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
 }
 _SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
 
@@ -648,3 +650,47 @@ def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
     check_labels("softmax_xent_grad", labels.array.get(), cols)
     _xent_launch("softmax_xent_grad", rows, cols,
                  (z.array, labels.array, lse.array, g.array, out.array, _i64(rows), _i64(cols)))
+
+
+# ---------------------------------------------------------------- batch normalization
+
+_BN_BLOCK = (32, 8, 1)  # BN_LANES x BN_ROWS of batchnorm.cu
+
+
+def _bn_columns_grid(cols):
+    return (-(-int(cols) // _BN_BLOCK[0]), 1, 1)
+
+
+def batchnorm_stats(x, mean, var, rows, cols):
+    """Column mean and biased variance of compact x (rows, cols) (see the reference); a block per 32 columns."""
+    _require("batchnorm_stats")
+    _check_arrays("batchnorm_stats", x=x, mean=mean, var=var)
+    rows, cols = int(rows), int(cols)
+    check_batchnorm("batchnorm_stats", rows, cols, dict(x=x), dict(mean=mean, var=var))
+    _launch(_kernel("batchnorm_stats"), _bn_columns_grid(cols), _BN_BLOCK,
+            (x.array, mean.array, var.array, _i64(rows), _i64(cols)))
+
+
+def batchnorm_apply(x, scale, shift, out, rows, cols):
+    """out[r, c] = x[r, c] * scale[c] + shift[c] (see the reference)."""
+    _require("batchnorm_apply")
+    _check_arrays("batchnorm_apply", x=x, scale=scale, shift=shift, out=out)
+    rows, cols = int(rows), int(cols)
+    check_batchnorm("batchnorm_apply", rows, cols, dict(x=x, out=out), dict(scale=scale, shift=shift))
+    _launch(_kernel("batchnorm_apply"), *grid_1d(rows * cols),
+            (x.array, scale.array, shift.array, out.array, _i64(rows), _i64(cols)))
+
+
+def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):
+    """dbias, dweight and dx of the batch norm (see the reference): the column sums, then dx."""
+    _require("batchnorm_backward")
+    _check_arrays("batchnorm_backward", x=x, dy=dy, mean=mean, invstd=invstd, weight=weight, dx=dx,
+                  dweight=dweight, dbias=dbias)
+    rows, cols = int(rows), int(cols)
+    check_batchnorm("batchnorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx),
+                    dict(mean=mean, invstd=invstd, weight=weight, dweight=dweight, dbias=dbias))
+    _launch(_kernel("batchnorm_grad_sums"), _bn_columns_grid(cols), _BN_BLOCK,
+            (x.array, dy.array, mean.array, invstd.array, dweight.array, dbias.array, _i64(rows), _i64(cols)))
+    _launch(_kernel("batchnorm_grad_input"), *grid_1d(rows * cols),
+            (x.array, dy.array, mean.array, invstd.array, weight.array, dweight.array, dbias.array, dx.array,
+             _i64(rows), _i64(cols), np.int32(1 if batch_stats else 0)))

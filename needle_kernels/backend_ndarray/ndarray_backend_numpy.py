@@ -22,6 +22,7 @@ import numpy as np
 # shared by the three backends, so each raises the same messages for the same mistakes
 from .backend_checks import (
     check_array_size,
+    check_batchnorm,
     check_col2im,
     check_labels,
     check_matmul as _check_matmul,
@@ -350,3 +351,53 @@ def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
     O = out.array.reshape(rows, cols)
     O[...] = np.exp(z.array.reshape(rows, cols) - lse.array[:, None]) * g.array[:, None]
     O[np.arange(rows), y] -= g.array
+
+
+# ---------------------------------------------------------------- batch normalization
+# Extensions used by nn.BatchNorm1d/2d: x is compact (rows, cols) with one
+# column per channel (NHWC images seen as (N*H*W, C)). Column sums accumulate
+# in float64 and are rounded to float32 once, so the three backends agree
+# closely whatever order their threads add in.
+
+def batchnorm_stats(x, mean, var, rows, cols):
+    """Per column: mean[c] = sum_r x[r, c] / rows and the biased variance
+    var[c] = sum_r (x[r, c] - mean[c])**2 / rows, mean in float64 inside the second sum."""
+    check_batchnorm("batchnorm_stats", rows, cols, dict(x=x), dict(mean=mean, var=var))
+    X = x.array.reshape(rows, cols).astype(np.float64)
+    m = X.sum(axis=0) / rows
+    mean.array[:] = m
+    var.array[:] = ((X - m) ** 2).sum(axis=0) / rows
+
+
+def batchnorm_apply(x, scale, shift, out, rows, cols):
+    """out[r, c] = x[r, c] * scale[c] + shift[c] (float32), the normalisation with the weight,
+    bias, mean and inverse std folded into one scale and one shift per column."""
+    check_batchnorm("batchnorm_apply", rows, cols, dict(x=x, out=out), dict(scale=scale, shift=shift))
+    X = x.array.reshape(rows, cols)
+    out.array.reshape(rows, cols)[...] = X * scale.array + shift.array
+
+
+def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):
+    """Gradients of out = (x - mean) * invstd * weight + bias given dy, with xhat = (x - mean) * invstd:
+
+        dbias[c]   = sum_r dy[r, c]
+        dweight[c] = sum_r dy[r, c] * xhat[r, c]
+        dx[r, c]   = k[c] * (dy[r, c] - dbias[c] / rows - xhat[r, c] * dweight[c] / rows)   (batch_stats)
+        dx[r, c]   = k[c] * dy[r, c]                                                      (otherwise)
+
+    with k = weight * invstd. ``batch_stats`` says mean and invstd are the batch's own (training),
+    so they depend on x; otherwise (eval: running statistics) they are constants. The sums
+    accumulate in float64 and the dx formula runs in float64 per element, rounded once.
+    """
+    check_batchnorm("batchnorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx),
+                    dict(mean=mean, invstd=invstd, weight=weight, dweight=dweight, dbias=dbias))
+    X = x.array.reshape(rows, cols).astype(np.float64)
+    G = dy.array.reshape(rows, cols).astype(np.float64)
+    s = invstd.array.astype(np.float64)
+    xhat = (X - mean.array.astype(np.float64)) * s
+    db, dw = G.sum(axis=0), (G * xhat).sum(axis=0)
+    dbias.array[:] = db
+    dweight.array[:] = dw
+    k = weight.array.astype(np.float64) * s
+    D = k * (G - db / rows - xhat * (dw / rows)) if batch_stats else k * G
+    dx.array.reshape(rows, cols)[...] = D

@@ -1,4 +1,4 @@
-"""Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy.
+"""Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy, batch norm.
 
 Each is one pass of one kernel over whole arrays, where the same formula
 written with array operations would take a dozen kernels and temporaries.
@@ -93,3 +93,40 @@ def softmax_cross_entropy_grad(z, labels, lse, g):
     z._device.softmax_xent_grad(z._handle, y._handle, lse.compact()._handle, g.compact()._handle, out._handle,
                                 rows, cols)
     return out
+
+
+def _columns(name, x, **vectors):
+    if not isinstance(x, NDArray) or x.ndim != 2 or 0 in x.shape:
+        raise ValueError(f"{name}: x must be a non-empty NDArray (rows, channels), got shape {getattr(x, 'shape', None)}")
+    _same_layout(name, NDArray._new((x.shape[1],), x._device), **vectors)
+    return x.compact()
+
+
+def batchnorm_stats(x):
+    """``(mean, var)`` of each column of x (rows, channels): the batch's mean and biased variance."""
+    x = _columns("batchnorm_stats", x)
+    rows, cols = x.shape
+    mean, var = NDArray._new((cols,), x._device), NDArray._new((cols,), x._device)
+    x._device.batchnorm_stats(x._handle, mean._handle, var._handle, rows, cols)
+    return mean, var
+
+
+def batchnorm_apply(x, scale, shift):
+    """x * scale + shift with one scale and shift per column of x (rows, channels)."""
+    x = _columns("batchnorm_apply", x, scale=scale, shift=shift)
+    rows, cols = x.shape
+    out = NDArray._new((rows, cols), x._device)
+    x._device.batchnorm_apply(x._handle, scale.compact()._handle, shift.compact()._handle, out._handle, rows, cols)
+    return out
+
+
+def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
+    """``(dx, dweight, dbias)`` of (x - mean) * invstd * weight + bias for the adjoint dy (rows, channels)."""
+    x = _columns("batchnorm_backward", x, mean=mean, invstd=invstd, weight=weight)
+    _same_layout("batchnorm_backward", x, dy=dy)
+    rows, cols = x.shape
+    dev = x._device
+    dx, dw, db = NDArray._new((rows, cols), dev), NDArray._new((cols,), dev), NDArray._new((cols,), dev)
+    dev.batchnorm_backward(x._handle, dy.compact()._handle, mean.compact()._handle, invstd.compact()._handle,
+                           weight.compact()._handle, dx._handle, dw._handle, db._handle, rows, cols, bool(batch_stats))
+    return dx, dw, db

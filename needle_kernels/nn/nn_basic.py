@@ -176,17 +176,32 @@ class BatchNorm1d(Module):
     Training uses the batch statistics (biased variance) and updates
     running = (1 - momentum) * running + momentum * batch, as needle does
     (torch keeps the unbiased variance in running_var); eval uses the running ones.
+
+    ``fused=True`` (the default) trains with one fused kernel forward and one backward
+    (``ops.batch_norm_rows``); ``fused=False`` uses the same formulas in generic ops, the
+    readable version, differentiable more than once. Eval mode is always the generic
+    affine map with the running statistics: a traced model keeps ops that
+    ``compile`` can fuse with their neighbours and export to ONNX.
     """
 
-    def __init__(self, dim, eps=1e-5, momentum=0.1, device=None, dtype="float32"):
+    def __init__(self, dim, eps=1e-5, momentum=0.1, device=None, dtype="float32", fused=True):
         super().__init__()
         self.dim = dim
         self.eps = eps
         self.momentum = momentum
+        self.fused = fused
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
         self.running_mean = init.zeros(dim, device=device, dtype=dtype)
         self.running_var = init.ones(dim, device=device, dtype=dtype)
+
+    def _fused(self, rows):
+        """The fused training-mode normalisation of the Tensor rows (N, dim)."""
+        mean, var = ops.batch_statistics(rows)
+        m = self.momentum
+        self.running_mean.data = self.running_mean.data * (1 - m) + Tensor.make_const(mean) * m
+        self.running_var.data = self.running_var.data * (1 - m) + Tensor.make_const(var) * m
+        return ops.batch_norm_rows(rows, self.weight, self.bias, mean, var, self.eps, True)
 
     # the statistics live on ``axes`` of x; ``kept`` is their shape with those axes kept as 1
     def _normalize(self, x, axes, kept):
@@ -208,6 +223,8 @@ class BatchNorm1d(Module):
     def forward(self, x: Tensor) -> Tensor:
         if len(x.shape) != 2 or x.shape[1] != self.dim:
             raise ValueError(f"{type(self).__name__}: expected input (batch, {self.dim}), got shape {x.shape}")
+        if self.fused and self.training:
+            return self._fused(x)
         return self._normalize(x, (0,), (1, self.dim))
 
 
@@ -217,6 +234,11 @@ class BatchNorm2d(BatchNorm1d):
     def forward(self, x: Tensor) -> Tensor:
         if len(x.shape) != 4 or x.shape[1] != self.dim:
             raise ValueError(f"BatchNorm2d: expected input (N, {self.dim}, H, W), got shape {x.shape}")
+        if self.fused and self.training:
+            # NCHW -> (N*H*W, C): a view of the NHWC memory a convolution writes, then back
+            n, c, h, w = x.shape
+            rows = ops.reshape(ops.transpose(x, (0, 2, 3, 1)), (n * h * w, c))
+            return ops.transpose(ops.reshape(self._fused(rows), (n, h, w, c)), (0, 3, 1, 2))
         return self._normalize(x, (0, 2, 3), (1, self.dim, 1, 1))
 
 

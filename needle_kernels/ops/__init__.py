@@ -5,3 +5,4 @@ from .ops_logarithmic import *
 from .ops_conv import *
 from .ops_pooling import *
 from .ops_softplus import *
+from .ops_norm import *
