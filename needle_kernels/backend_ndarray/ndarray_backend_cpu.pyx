@@ -79,6 +79,7 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                  float b2, float omb2, float wd, int has_wd, float step, float inv_c2, float eps)
     void nk_sgd(const float *p, const float *g, float *u, float *out, Py_ssize_t n, float lr, float mom,
                 float ommom, float wd, int has_wd)
+    void *nk_buffer_alloc(size_t nbytes)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
 
@@ -191,9 +192,73 @@ cdef Py_ssize_t _live_bytes = 0
 cdef Py_ssize_t _peak_bytes = 0
 
 
+# Spare buffers: a freed buffer of SPARE_MIN bytes or more is kept, by size, for the next
+# Array of exactly that size. A training step allocates the same sizes every time, and a
+# fresh buffer costs the kernel a page fault (and a page of zeros) per page on first
+# touch, which for a large im2col matrix took longer than the kernel filling it. At most
+# NK_SPARE_MB megabytes (default 1024; 0 turns this off) are kept; past that the cache
+# is emptied and refills with what the next step frees.
+cdef enum:
+    SPARE_MIN = 65536
+cdef dict _spare = {}  # nbytes -> addresses of free buffers of that size
+cdef Py_ssize_t _spare_bytes = 0
+cdef Py_ssize_t _spare_limit = 1024 << 20
+
+
+def _read_spare_limit():
+    import os
+    value = os.environ.get("NK_SPARE_MB", "1024")
+    try:
+        mb = int(value)
+    except ValueError:
+        raise ValueError(f"NK_SPARE_MB must be a whole number of megabytes, got {value!r}") from None
+    if mb < 0:
+        raise ValueError(f"NK_SPARE_MB must be >= 0, got {mb}")
+    return mb << 20
+
+
+_spare_limit = _read_spare_limit()
+
+
+cdef float *_take_buffer(Py_ssize_t nbytes):
+    global _spare_bytes
+    if nbytes >= SPARE_MIN:
+        free_list = _spare.get(nbytes)
+        if free_list:
+            _spare_bytes -= nbytes
+            return <float *><size_t>free_list.pop()
+    return <float *>nk_buffer_alloc(<size_t>nbytes)
+
+
+cdef void _give_buffer(float *data, Py_ssize_t nbytes):
+    global _spare_bytes
+    if data == NULL:
+        return
+    if nbytes < SPARE_MIN or nbytes > _spare_limit or _spare is None:  # None: interpreter shutdown
+        free(data)
+        return
+    if _spare_bytes + nbytes > _spare_limit:
+        release_cached_buffers()
+    _spare.setdefault(nbytes, []).append(<size_t>data)
+    _spare_bytes += nbytes
+
+
+def release_cached_buffers():
+    """Free the spare buffers kept for reuse (see NK_SPARE_MB); returns how many bytes that released."""
+    global _spare_bytes
+    released = _spare_bytes
+    for addresses in _spare.values():
+        for address in addresses:
+            free(<void *><size_t>address)
+    _spare.clear()
+    _spare_bytes = 0
+    return released
+
+
 def memory_stats():
-    """{"live_bytes": held by live Arrays now, "peak_bytes": the most held since the last reset}."""
-    return {"live_bytes": _live_bytes, "peak_bytes": _peak_bytes}
+    """{"live_bytes": held by live Arrays now, "peak_bytes": the most held since the last reset,
+    "cached_bytes": freed buffers kept for reuse (not counted as live)}."""
+    return {"live_bytes": _live_bytes, "peak_bytes": _peak_bytes, "cached_bytes": _spare_bytes}
 
 
 def reset_peak_memory():
@@ -218,7 +283,7 @@ cdef class Array:
         if n > (<Py_ssize_t>1 << 60) // 4:
             raise ValueError(f"Array size {n} is too large")
         self.size = n
-        self.data = <float *>nk_aligned_alloc(<size_t>n * sizeof(float))
+        self.data = _take_buffer(n * 4)
         if self.data == NULL:
             raise MemoryError(f"Array: cannot allocate {n} floats")
         global _live_bytes, _peak_bytes
@@ -230,7 +295,7 @@ cdef class Array:
         global _live_bytes
         if self.data != NULL:
             _live_bytes -= self.size * 4
-        free(self.data)
+        _give_buffer(self.data, self.size * 4)
 
     def ptr(self):
         """The buffer's address."""
