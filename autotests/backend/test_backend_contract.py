@@ -9,6 +9,7 @@ cases make the multi-threaded paths run as well.
 """
 import numpy as np
 import pytest
+from backend_cases import SPECIAL_VALUES as SPECIAL
 from backend_cases import float_arrays, get, put, strided_views, view_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,8 +31,6 @@ TABLE = [
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
 SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq", "scalar_ge"]
 UNARY = ["ewise_log", "ewise_exp", "ewise_tanh"]
-SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 88.7, 89.0, -87.5, -104.0,
-                    1e30, -1e30, 0.5, 0.625, -0.625, 9.5, -9.5], dtype=np.float32)
 
 
 def both(backend, ref, fn, inputs, out_size, *args, scalar=None):

@@ -76,11 +76,38 @@ def declared_tasks(aid):
     raise AssertionError(f"{aid}: the first code cell does not call coursekit.start(...)")
 
 
+def split_path(path):
+    """(module, attributes) of a dotted path under the package: a module's attribute
+    (``ops.Summation``) or a class's (``backend_ndarray.ndarray.NDArray.reshape``)."""
+    import importlib
+
+    names = f"{PACKAGE}.{path}".split(".")
+    for split in range(len(names) - 1, 0, -1):
+        try:
+            importlib.import_module(".".join(names[:split]))
+        except ModuleNotFoundError:
+            continue
+        return ".".join(names[:split]), names[split:]
+    raise LookupError(path)
+
+
 def package_object(path):
     import importlib
 
-    module, _, attribute = f"{PACKAGE}.{path}".rpartition(".")
-    return getattr(importlib.import_module(module), attribute)
+    module, attributes = split_path(path)
+    obj = importlib.import_module(module)
+    for attribute in attributes:
+        obj = getattr(obj, attribute)
+    return obj
+
+
+def import_lines(path, alias):
+    """Lines binding ``alias`` to the package object at ``path``."""
+    module, attributes = split_path(path)
+    if len(attributes) == 1:
+        return [f"from {module} import {attributes[0]} as {alias}"]
+    return [f"from {module} import {attributes[0]} as _package_owner",
+            f"{alias} = _package_owner.{'.'.join(attributes[1:])}"]
 
 
 def defined_names(source):
@@ -105,8 +132,7 @@ def alias_cell(parts, released):
         lines = []
         for name in defined_names(cell.source):
             if parts.get(name):
-                module, _, attribute = f"{PACKAGE}.{parts[name]}".rpartition(".")
-                lines.append(f"from {module} import {attribute} as {name}")
+                lines += import_lines(parts[name], name)
         return "\n".join(lines) if lines else released[meta(cell)["grade_id"]]
     return replace
 
@@ -117,12 +143,11 @@ def subclass_cell(parts, released):
         for name in defined_names(cell.source):
             if not parts.get(name):
                 continue
-            module, _, attribute = f"{PACKAGE}.{parts[name]}".rpartition(".")
-            lines.append(f"import {module} as _package_module")
+            lines += import_lines(parts[name], f"_package_{name}")
             if inspect.isclass(package_object(parts[name])):
-                lines.append(f"class {name}(_package_module.{attribute}):\n    pass")
+                lines.append(f"class {name}(_package_{name}):\n    pass")
             else:
-                lines.append(f"def {name}(*args, **kwargs):\n    return _package_module.{attribute}(*args, **kwargs)")
+                lines.append(f"def {name}(*args, **kwargs):\n    return _package_{name}(*args, **kwargs)")
         return "\n".join(lines) if lines else released[meta(cell)["grade_id"]]
     return replace
 

@@ -157,8 +157,12 @@ def _source_fingerprint(obj):
                         if isinstance(c, types.CodeType))
         return hashlib.sha256(repr(items).encode()).hexdigest()
     # the function's code object, taken without running the def (its defaults may name
-    # the package module's globals)
-    body = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == obj.__name__)
+    # the package module's globals), found by its code's name: a kernel that a factory made
+    # and renamed keeps its def's name there
+    body = next((c for c in code.co_consts if isinstance(c, types.CodeType)
+                 and c.co_name == obj.__code__.co_name), None)
+    if body is None:
+        return None
     return hashlib.sha256(repr([("code", repr(_code_key(body)))]).encode()).hexdigest()
 
 
@@ -327,7 +331,10 @@ def _switch_class(part, cls, slot):
 
 
 def _switch_extension_function(part, module, attribute, slot):
-    """A compiled function cannot be changed in place: its module attribute becomes a switch."""
+    """A compiled function, or a closure (a kernel a factory made), cannot be changed in place:
+    its module attribute becomes a switch. The package reaches such kernels through their module
+    (a device looks its kernels up there when first used), so every call made after ``start``
+    reaches the switch."""
     _STATE.impls[(part.name, slot, None)] = getattr(module, attribute)
 
     def switched(*args, **kwargs):
@@ -339,12 +346,21 @@ def _switch_extension_function(part, module, attribute, slot):
 
 
 def _resolve(path):
-    module_name, _, attribute = f"{PACKAGE}.{path}".rpartition(".")
-    module = importlib.import_module(module_name)
-    try:
-        return module, attribute, getattr(module, attribute)
-    except AttributeError:
-        raise LookupError(f"{PACKAGE}.{path} does not exist; check the assignment's withheld names") from None
+    """(owner, attribute, object) of a dotted path under the package: a module's attribute, or a
+    class's (``"backend_ndarray.ndarray.NDArray.reshape"``: the method, owned by the class)."""
+    names = f"{PACKAGE}.{path}".split(".")
+    for split in range(len(names) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(names[:split]))
+        except ModuleNotFoundError:
+            continue
+        try:
+            for name in names[split:-1]:
+                owner = getattr(owner, name)
+            return owner, names[-1], getattr(owner, names[-1])
+        except AttributeError:
+            break
+    raise LookupError(f"{PACKAGE}.{path} does not exist; check the assignment's withheld names")
 
 
 def _audit(event, args):
@@ -402,13 +418,15 @@ def start(assignment, tasks, blocked=(), namespace=None):
                 continue        # a re-export of an object already switched
             if isinstance(obj, type):
                 kind = "class"
+            elif isinstance(obj, types.FunctionType) and obj.__code__.co_freevars:
+                kind = "closure"        # its code cannot be swapped in place (the closure's cells)
             elif isinstance(obj, types.FunctionType):
                 kind = "function"
             elif callable(obj):
                 kind = "extension"      # compiled (a Cython function has __code__ but no bytecode)
             else:
                 raise TypeError(f"{PACKAGE}.{path}: only classes and functions can be withheld")
-            part.kind = part.kind or ("function" if kind == "extension" else kind)
+            part.kind = part.kind or ("function" if kind in ("extension", "closure") else kind)
             if kind != "extension":
                 part.fingerprints |= {fingerprint(obj), _source_fingerprint(obj)} - {None}
             defining = sys.modules[obj.__module__] if kind != "extension" else module

@@ -1,7 +1,8 @@
 """Devices: a name plus the flat kernel table (a backend module) that runs there.
 
 ``cpu()`` is the Cython + OpenMP backend, ``cpu_numpy()`` the numpy reference,
-``cuda()`` the cupy backend. A device whose module cannot load is *disabled*
+``cuda()`` the cupy backend; ``make_device(name, module)`` makes a device of a backend
+written elsewhere (a notebook's kernels). A device whose module cannot load is *disabled*
 (``enabled()`` is False and ``reason`` says why) rather than an import error,
 so code can ask ``ndl.cuda().enabled()`` on any machine.
 
@@ -77,7 +78,11 @@ class BackendDevice:
         mod = self.__dict__.get("mod")
         if mod is None:
             raise RuntimeError(f"device {self.name}() is not available here: {self.__dict__.get('reason')}")
-        fn = getattr(mod, name)
+        try:
+            fn = getattr(mod, name)
+        except AttributeError:
+            raise AttributeError(f"device {self.name}(): its backend {getattr(mod, '__name__', mod)!r} "
+                                 f"has no {name!r}") from None
         if _DEBUG and callable(fn) and not isinstance(fn, type):
             return self._traced(name, fn)
         # Cache on the instance: kernel lookups happen on every array operation,
@@ -162,6 +167,38 @@ def _load(name, module):
 
 
 _DEVICES = {}
+
+# What NDArray calls on every device (the table of ndarray_backend_numpy, which defines each
+# name). The extensions after it (matmul_batched, reduce_*_axis, the optimizer updates,
+# col2im) are looked up only when an operation needs them.
+KERNEL_TABLE = (
+    "Array", "to_numpy", "from_numpy", "fill", "compact", "ewise_setitem", "scalar_setitem",
+    "ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
+    "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
+    "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "reduce_max", "reduce_sum",
+)
+EXTENSIONS = ("matmul_batched", "matmul_tiled", "reduce_sum_axis", "reduce_max_axis",
+              "adam_update", "sgd_update", "col2im")
+
+
+def make_device(name, module):
+    """A device running the kernels of ``module``, a backend written outside the package.
+
+    ``module`` is a module (or any object) exporting the kernel table under the names and
+    signatures of ``ndarray_backend_numpy`` (``KERNEL_TABLE``); ``NDArray(x, device=dev)``,
+    the ops, autograd and ``nn`` then run on its kernels. The extensions (``EXTENSIONS``) may be
+    missing until an operation needs one. A missing table entry, or a name one of the
+    package's devices already has, is a ValueError.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"make_device: the name must be an identifier, got {name!r}")
+    if name in ("cpu", "cpu_numpy", "cuda"):
+        raise ValueError(f"make_device: {name!r} is the name of one of the package's devices")
+    missing = [k for k in KERNEL_TABLE if not callable(getattr(module, k, None))]
+    if missing:
+        raise ValueError(f"make_device({name!r}): the backend lacks {', '.join(missing)} "
+                         "(see ndarray_backend_numpy for what each one does)")
+    return BackendDevice(name, module)
 
 
 def _device(name, module):
