@@ -27,6 +27,11 @@ LAZY_MODE = False
 # that optimizers and training loops do not leak graph nodes.
 TENSOR_COUNTER = 0
 
+# The ops package. It imports this module, so it binds itself here when it has loaded
+# (needle_kernels/ops/__init__.py); a global read is what every Tensor operator costs,
+# where an import statement in each would cost a module look-up per operation.
+ops = None
+
 class Op:
     """An operator: ``compute`` on arrays, ``gradient`` on Tensors."""
 
@@ -296,88 +301,60 @@ class Tensor(Value):
     def __str__(self):
         return str(self.realize_cached_data())
 
-    # ---- operators (the ops module is imported lazily: it imports this module)
+    # ---- operators: ``ops`` is the ops package (bound by it once it has loaded, see the top)
     def __add__(self, other):
-        from . import ops
-
         if isinstance(other, Tensor):
             return ops.add(self, other)
         return ops.add_scalar(self, other)
 
     def __mul__(self, other):
-        from . import ops
-
         if isinstance(other, Tensor):
             return ops.multiply(self, other)
         return ops.mul_scalar(self, other)
 
     def __pow__(self, other):
-        from . import ops
-
         if isinstance(other, Tensor):
             return ops.power(self, other)
         return ops.power_scalar(self, other)
 
     def __sub__(self, other):
-        from . import ops
-
         if isinstance(other, Tensor):
             return ops.add(self, ops.negate(other))
         return ops.add_scalar(self, -other)
 
     def __rsub__(self, other):
-        from . import ops
-
         return ops.add_scalar(ops.negate(self), other)
 
     def __truediv__(self, other):
-        from . import ops
-
         if isinstance(other, Tensor):
             return ops.divide(self, other)
         return ops.divide_scalar(self, other)
 
     def __rtruediv__(self, other):
-        from . import ops
-
         return ops.mul_scalar(ops.power_scalar(self, -1), other)
 
     def __matmul__(self, other):
-        from . import ops
-
         return ops.matmul(self, other)
 
     def __rmatmul__(self, other):
-        from . import ops
-
         return ops.matmul(other, self)
 
     def __neg__(self):
-        from . import ops
-
         return ops.negate(self)
 
     __radd__ = __add__
     __rmul__ = __mul__
 
     def sum(self, axes=None):
-        from . import ops
-
         return ops.summation(self, axes)
 
     def broadcast_to(self, shape):
-        from . import ops
-
         return ops.broadcast_to(self, shape)
 
     def reshape(self, shape):
-        from . import ops
-
         return ops.reshape(self, shape)
 
     def transpose(self, axes=None):
-        from . import ops
-
         return ops.transpose(self, axes)
 
 
