@@ -296,7 +296,7 @@ def _same(got, want, what, rtol=0.0, atol=0.0):
             ok = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     if not ok.all():
         k = int(np.flatnonzero(~ok)[0])
-        raise AssertionError(f"{what}: element {k} is {got[k]!r}, expected {want[k]!r} "
+        raise AssertionError(f"{what}: element {k} is {float(got[k]):.8g}, expected {float(want[k]):.8g} "
                              f"({int((~ok).sum())} of {ok.size} elements differ)")
 
 
