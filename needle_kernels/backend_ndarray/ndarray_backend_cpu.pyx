@@ -755,6 +755,55 @@ cdef inline void _gemm_rows(const nk_gemm_kernel *kern, const float *A, float *C
         pc += kc
 
 
+cdef void _gemm_band(const nk_gemm_kernel *kern, const float *A, const float *B, float *C, Py_ssize_t m,
+                     Py_ssize_t n, Py_ssize_t p, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t ncur,
+                     float *Ap, float *Bp) noexcept nogil:
+    """C[:, j0:j0+ncur] = A @ B[:, j0:j0+ncur] for m <= MC rows, one KC slice at a time: the slice
+    of B is packed and used at once, while it is in cache."""
+    cdef Py_ssize_t pc = 0, kcur
+    while pc < n:
+        kcur = kc if kc < n - pc else n - pc
+        nk_pack_b(B + pc * p + j0, p, kcur, 0, ncur, kern.nr, Bp)
+        nk_pack_a(A + pc, n, m, kcur, kern.mr, Ap)
+        kern.macro(m, ncur, kcur, Ap, Bp, C + j0, p, pc > 0)
+        pc += kc
+
+
+cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, const float *B, float *C, Py_ssize_t m,
+                        Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
+    """C = A @ B when A has at most MC rows (a weight gradient X^T @ G, a small batch times a
+    wide layer): the threads split the columns of C into bands instead of its few rows, so each
+    reads its band of B once; splitting rows would have every thread stream all of B."""
+    cdef int MR = kern.mr, NR = kern.nr
+    cdef Py_ssize_t kc = kern.kc if kern.kc < n else n
+    cdef Py_ssize_t npan = (p + NR - 1) // NR, nbands, bandw, jb, per, apsize
+    # bands of at most ~512 columns (a KC x band slice of B stays in L2), at least one per thread
+    nbands = (p + 511) // 512
+    if nbands < nt:
+        nbands = nt
+    bandw = (npan + nbands - 1) // nbands * NR
+    nbands = (p + bandw - 1) // bandw
+    if nbands < nt:
+        nt = <int>nbands
+    apsize = (m + MR - 1) // MR * MR * kc
+    per = apsize + kc * bandw
+    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    if buf == NULL:
+        return -1
+    if nt == 1:
+        nk_note_thread(0)
+        for jb in range(nbands):
+            _gemm_band(kern, A, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
+                       buf, buf + apsize)
+    else:
+        for jb in prange(nbands, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            _gemm_band(kern, A, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
+                       buf + threadid() * per, buf + threadid() * per + apsize)
+    free(buf)
+    return 0
+
+
 cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
                int nt) noexcept nogil:
     """C (m, p) = A (m, n) @ B (n, p), row-major; returns -1 when out of memory.
@@ -777,6 +826,8 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
     if m * n * p <= GEMM_SMALL:
         _gemm_small(A, B, C, m, n, p)
         return 0
+    if m <= kern.mc:
+        return _gemm_few_rows(kern, A, B, C, m, n, p, nt)
     kc = kern.kc if kern.kc < n else n
     # B is packed a whole column chunk at a time (all of it, unless that
     # would take more than GEMM_PACK_MAX floats), so the threads meet only
