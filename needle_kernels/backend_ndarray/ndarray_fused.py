@@ -7,6 +7,7 @@ Shapes and devices are checked here; sizes again by the backend (see
 """
 import numpy as np
 
+from ..labels import one_hot_rows
 from .ndarray import NDArray
 
 
@@ -74,14 +75,38 @@ def _xent_args(name, z, labels):
     return z.compact(), NDArray(labels.astype(np.float32), device=z._device)
 
 
+def _has_kernel(device, name):
+    # a device made from a module of one's own (make_device) may lack the fused kernels
+    return hasattr(device, name)
+
+
+def _rows(v, shape):
+    """The (rows,) array v as a (rows, cols) broadcast view."""
+    return v.reshape((shape[0], 1)).broadcast_to(shape)
+
+
+def _columns_of(v, shape):
+    """The (cols,) array v as a (rows, cols) broadcast view."""
+    return v.reshape((1, shape[1])).broadcast_to(shape)
+
+
 def softmax_cross_entropy(z, labels):
     """``(loss, lse)`` of logits z (rows, classes) and integer labels (rows,): per-row cross-entropy
     lse(z_i) - z_i[labels_i] and the row log-sum-exps its gradient reuses, in one kernel."""
     z, y = _xent_args("softmax_cross_entropy", z, labels)
     rows, cols = z.shape
+    if not _has_kernel(z._device, "softmax_xent"):  # the same formulas in generic operations
+        m = z.max(axis=1)
+        lse = ((z - _rows(m, z.shape)).exp().sum(axis=1)).log() + m
+        picked = (z * _one_hot(labels, z)).sum(axis=1)
+        return lse - picked, lse
     lse, loss = NDArray._new((rows,), z._device), NDArray._new((rows,), z._device)
     z._device.softmax_xent(z._handle, y._handle, lse._handle, loss._handle, rows, cols)
     return loss, lse
+
+
+def _one_hot(labels, z):
+    return NDArray(one_hot_rows(z.shape[1], labels), device=z._device)
 
 
 def softmax_cross_entropy_grad(z, labels, lse, g):
@@ -89,6 +114,9 @@ def softmax_cross_entropy_grad(z, labels, lse, g):
     z, y = _xent_args("softmax_cross_entropy_grad", z, labels)
     rows, cols = z.shape
     _same_layout("softmax_cross_entropy_grad", NDArray._new((rows,), z._device), lse=lse, g=g)
+    if not _has_kernel(z._device, "softmax_xent_grad"):
+        gb = _rows(g, z.shape)
+        return (z - _rows(lse, z.shape)).exp() * gb - _one_hot(labels, z) * gb
     out = NDArray._new((rows, cols), z._device)
     z._device.softmax_xent_grad(z._handle, y._handle, lse.compact()._handle, g.compact()._handle, out._handle,
                                 rows, cols)
@@ -106,6 +134,10 @@ def batchnorm_stats(x):
     """``(mean, var)`` of each column of x (rows, channels): the batch's mean and biased variance."""
     x = _columns("batchnorm_stats", x)
     rows, cols = x.shape
+    if not _has_kernel(x._device, "batchnorm_stats"):
+        mean = x.sum(axis=0) / rows
+        centered = x - _columns_of(mean, x.shape)
+        return mean, (centered * centered).sum(axis=0) / rows
     mean, var = NDArray._new((cols,), x._device), NDArray._new((cols,), x._device)
     x._device.batchnorm_stats(x._handle, mean._handle, var._handle, rows, cols)
     return mean, var
@@ -115,6 +147,8 @@ def batchnorm_apply(x, scale, shift):
     """x * scale + shift with one scale and shift per column of x (rows, channels)."""
     x = _columns("batchnorm_apply", x, scale=scale, shift=shift)
     rows, cols = x.shape
+    if not _has_kernel(x._device, "batchnorm_apply"):
+        return x * _columns_of(scale, x.shape) + _columns_of(shift, x.shape)
     out = NDArray._new((rows, cols), x._device)
     x._device.batchnorm_apply(x._handle, scale.compact()._handle, shift.compact()._handle, out._handle, rows, cols)
     return out
@@ -126,6 +160,14 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
     _same_layout("batchnorm_backward", x, dy=dy)
     rows, cols = x.shape
     dev = x._device
+    if not _has_kernel(dev, "batchnorm_backward"):
+        xhat = (x - _columns_of(mean, x.shape)) * _columns_of(invstd, x.shape)
+        db, dw = dy.sum(axis=0), (dy * xhat).sum(axis=0)
+        k = _columns_of(weight * invstd, x.shape)
+        if not batch_stats:
+            return k * dy, dw, db
+        dx = k * (dy - _columns_of(db / rows, x.shape) - xhat * _columns_of(dw / rows, x.shape))
+        return dx, dw, db
     dx, dw, db = NDArray._new((rows, cols), dev), NDArray._new((cols,), dev), NDArray._new((cols,), dev)
     dev.batchnorm_backward(x._handle, dy.compact()._handle, mean.compact()._handle, invstd.compact()._handle,
                            weight.compact()._handle, dx._handle, dw._handle, db._handle, rows, cols, bool(batch_stats))
