@@ -86,13 +86,14 @@ class SoftmaxCrossEntropy(TensorOp):
 
     def compute(self, z):
         loss, lse = array_api.softmax_cross_entropy(z, self.labels)
-        return SavedForBackward(loss, lse)
+        return SavedForBackward(loss, (lse,))
 
     def gradient(self, out_grad, node):
         z = node.inputs[0]
-        lse = node.saved
-        if lse is None:  # the node was built around a known output: compute them again
+        if node.saved is None:  # the node was built around a known output: compute them again
             lse = array_api.softmax_cross_entropy(z.realize_cached_data(), self.labels)[1]
+        else:
+            (lse,) = node.saved
         return SoftmaxCrossEntropyGrad(self.labels)(z, out_grad, Tensor.make_const(lse))
 
 
