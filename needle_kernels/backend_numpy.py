@@ -266,6 +266,37 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
     return dx.astype(x.dtype), dw.astype(x.dtype), db.astype(x.dtype)
 
 
+def _lstm_shape(name, z, c0):
+    if z.ndim != 2 or z.shape[1] % 4 or z.shape[1] == 0 or c0.shape != (z.shape[0], z.shape[1] // 4):
+        raise ValueError(f"{name}: gates {z.shape} must be (rows, 4 * hidden) and the cell {c0.shape} (rows, hidden)")
+    return z.shape[0], z.shape[1] // 4
+
+
+def _lstm_gates(z, rows, hidden):
+    Z = z.reshape(rows, 4, hidden)
+    sig = lambda a: (numpy.tanh(a * 0.5) + 1.0) * 0.5  # noqa: E731
+    return sig(Z[:, 0]), sig(Z[:, 1]), numpy.tanh(Z[:, 2]), sig(Z[:, 3])
+
+
+def lstm_cell(z, c0):
+    """``(h, c)`` of one LSTM step from the gate pre-activations z (rows, 4 * hidden), [i | f | g | o]
+    per row, and the previous cell c0, in z's dtype (the formulas of ``ndarray_backend_numpy.lstm_cell``)."""
+    rows, hidden = _lstm_shape("lstm_cell", z, c0)
+    i, f, g, o = _lstm_gates(z, rows, hidden)
+    c = f * c0 + i * g
+    return o * numpy.tanh(c), c
+
+
+def lstm_cell_backward(z, c0, dh, dc):
+    """``(dz, dc0)`` of lstm_cell given the adjoints (dh, dc) of its outputs, in z's dtype."""
+    rows, hidden = _lstm_shape("lstm_cell_backward", z, c0)
+    i, f, g, o = _lstm_gates(z, rows, hidden)
+    t = numpy.tanh(f * c0 + i * g)
+    d = dc + dh * o * (1 - t * t)
+    dz = numpy.stack([d * g * i * (1 - i), d * c0 * f * (1 - f), d * i * (1 - g * g), dh * t * o * (1 - o)], axis=1)
+    return dz.reshape(rows, 4 * hidden), d * f
+
+
 def element_strides(a):
     """Strides of a numpy array in elements (NDArray.strides already are)."""
     return tuple(s // a.itemsize for s in a.strides)

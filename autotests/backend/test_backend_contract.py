@@ -26,7 +26,7 @@ TABLE = [
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "sgd_update", "col2im", "softmax_xent", "softmax_xent_grad",
-    "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
+    "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
 SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq", "scalar_ge"]
@@ -557,3 +557,35 @@ def test_batchnorm_large(backend, ref, rows, cols):
     got, want = _bn_both(backend, ref, x, dy, w, w, w, True)
     for a, b in zip(got, want):
         close(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())))
+
+
+# ---------------------------------------------------------------- LSTM cell
+
+def _lstm_float64(z, c0, dh, dc):
+    rows, hidden = c0.shape
+    Z = z.astype(np.float64).reshape(rows, 4, hidden)
+    sig = lambda a: 1 / (1 + np.exp(-a))  # noqa: E731
+    i, f, g, o = sig(Z[:, 0]), sig(Z[:, 1]), np.tanh(Z[:, 2]), sig(Z[:, 3])
+    c = f * c0 + i * g
+    t = np.tanh(c)
+    d = dc + dh * o * (1 - t * t)
+    dz = np.stack([d * g * i * (1 - i), d * c0 * f * (1 - f), d * i * (1 - g * g), dh * t * o * (1 - o)], 1)
+    return o * t, c, dz.reshape(rows, 4 * hidden), d * f
+
+
+@given_settings
+@given(st.integers(0, 9), st.integers(1, 40), st.floats(0.1, 30.0), st.integers(0, 2**32 - 1))
+def test_lstm_cell(backend, ref, rows, hidden, scale, seed):
+    rng = np.random.default_rng(seed)
+    z = (rng.standard_normal((rows, 4 * hidden)) * scale).astype(np.float32)
+    c0, dh, dc = (rng.standard_normal((rows, hidden)).astype(np.float32) for _ in range(3))
+    results = []
+    for module in (backend, ref):
+        Z, C0, DH, DC = (put(module, a.ravel()) for a in (z, c0, dh, dc))
+        h, c, dz, dc0 = (module.Array(n) for n in (rows * hidden, rows * hidden, rows * 4 * hidden, rows * hidden))
+        module.lstm_cell(Z, C0, h, c, rows, hidden)
+        module.lstm_cell_backward(Z, C0, DH, DC, dz, dc0, rows, hidden)
+        results.append([get(module, a) for a in (h, c, dz, dc0)])
+    for a, b, truth in zip(*results, _lstm_float64(z, c0, dh, dc)):
+        close(a, b, rtol=1e-5, atol=1e-6)
+        close(b, truth.ravel(), rtol=1e-4, atol=1e-5)

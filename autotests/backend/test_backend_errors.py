@@ -247,3 +247,13 @@ def test_softmax_xent_bad_label(backend, ref, fn, label):
 ])
 def test_batchnorm_bad_sizes(backend, ref, fn, sizes, dims):
     raises_like_reference(backend, ref, fn, lambda m: arrays(m, *sizes) + list(dims))
+
+
+@pytest.mark.parametrize("fn, sizes, dims", [
+    ("lstm_cell", (23, 6, 6, 6), (2, 3)),                  # gates have 23 elements, not 2 * 4 * 3
+    ("lstm_cell", (24, 6, 5, 6), (2, 3)),                  # h too small
+    ("lstm_cell", (0, 0, 0, 0), (0, 0)),                   # no hidden units
+    ("lstm_cell_backward", (24, 6, 6, 6, 24, 7), (2, 3)),  # dc0 too large
+])
+def test_lstm_cell_bad_sizes(backend, ref, fn, sizes, dims):
+    raises_like_reference(backend, ref, fn, lambda m: arrays(m, *sizes) + list(dims))

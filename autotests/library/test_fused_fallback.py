@@ -10,7 +10,8 @@ import needle_kernels as ndl
 from needle_kernels.backend_ndarray import device as device_module
 from needle_kernels.backend_ndarray import ndarray_backend_numpy
 
-FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward")
+FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
+         "lstm_cell", "lstm_cell_backward")
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +39,17 @@ def test_models_train_the_same_without_fused_kernels(plain):
     for got, want in zip(_train_step(plain), _train_step(ndl.cpu_numpy())):
         if want is not None:
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _lstm_step(device):
+    np.random.seed(4)
+    lstm = ndl.nn.LSTM(3, 4, num_layers=2, device=device)
+    x = ndl.Tensor(np.random.randn(5, 2, 3).astype(np.float32), device=device)
+    out, (h, c) = lstm(x)
+    (out.sum() + (c * c).sum()).backward()
+    return [out.numpy(), c.numpy(), x.grad.numpy()] + [p.grad.numpy() for p in lstm.parameters()]
+
+
+def test_lstm_runs_the_same_without_fused_kernels(plain):
+    for got, want in zip(_lstm_step(plain), _lstm_step(ndl.cpu_numpy())):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -438,3 +438,36 @@ def test_embedding_ops_are_adjoint():
     np.testing.assert_allclose(scattered.numpy(), expect, rtol=1e-6)
     (scattered * _t(R, requires_grad=False)).sum().backward()
     np.testing.assert_allclose(g.grad.numpy(), R[ids], rtol=1e-6)
+
+
+def _lstm_run(device, fused, x, h0, c0, weights):
+    np.random.seed(21)
+    lstm = nn.LSTM(3, 5, num_layers=2, device=device, fused=fused)
+    X, H0, C0 = (ndl.Tensor(a, device=device) for a in (x, h0, c0))
+    out, (h, c) = lstm(X, (H0, C0))
+    # weights on every output, so the adjoints of both h and c reach each step
+    loss = (out * ndl.Tensor(weights[0], device=device)).sum() + (c * ndl.Tensor(weights[1], device=device)).sum() \
+        + (h * ndl.Tensor(weights[2], device=device)).sum()
+    loss.backward()
+    cells = lstm.lstm_cells
+    return [out.numpy(), h.numpy(), c.numpy(), X.grad.numpy(), H0.grad.numpy(), C0.grad.numpy()] + \
+        [p.grad.numpy() for cell in cells for p in (cell.W_ih, cell.W_hh, cell.bias_ih)]
+
+
+def test_fused_lstm_cell_is_the_generic_one(device):
+    rng = np.random.default_rng(5)
+    x, h0, c0 = rng.standard_normal((4, 3, 3)) * 2, rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 5))
+    weights = [rng.standard_normal((4, 3, 5)), rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 5))]
+    args = [a.astype(np.float32) for a in (x, h0, c0)] + [[w.astype(np.float32) for w in weights]]
+    for got, want in zip(_lstm_run(device, True, *args), _lstm_run(device, False, *args)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_lstm_cell_says_it_is_differentiable_once():
+    z = ndl.Tensor(np.random.randn(2, 8).astype(np.float32))
+    c0 = ndl.Tensor(np.random.randn(2, 2).astype(np.float32))
+    grads = ndl.ops.LSTMCellGatesGrad()(z, c0, c0, c0)
+    with pytest.raises(NotImplementedError, match="fused=False"):
+        grads[0].sum().backward()
+    with pytest.raises(ValueError, match="4 \\* hidden"):
+        ndl.ops.lstm_cell(ndl.Tensor(np.zeros((2, 7), np.float32)), c0)

@@ -63,6 +63,8 @@ from .ndarray_fused import (
     batchnorm_backward,
     batchnorm_stats,
     col2im,
+    lstm_cell,
+    lstm_cell_backward,
     sgd_update,
     softmax_cross_entropy,
     softmax_cross_entropy_grad,

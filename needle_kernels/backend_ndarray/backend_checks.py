@@ -152,3 +152,14 @@ def check_batchnorm(name, rows, cols, full, columns):
         check_size(name, arr, rows * cols, f"{what} (rows={rows}, cols={cols})")
     for what, arr in columns.items():
         check_size(name, arr, cols, f"{what} (cols={cols})")
+
+
+def check_lstm(name, rows, hidden, gates, states):
+    """Sizes of a fused LSTM cell call: every array in ``gates`` has rows * 4 * hidden elements,
+    every one in ``states`` rows * hidden. Raises ValueError naming the misfit."""
+    if rows < 0 or hidden < 1:
+        raise ValueError(f"{name}: need rows >= 0 and hidden >= 1, got rows={rows}, hidden={hidden}")
+    for what, arr in gates.items():
+        check_size(name, arr, rows * 4 * hidden, f"{what} (rows={rows}, 4 * hidden={4 * hidden})")
+    for what, arr in states.items():
+        check_size(name, arr, rows * hidden, f"{what} (rows={rows}, hidden={hidden})")

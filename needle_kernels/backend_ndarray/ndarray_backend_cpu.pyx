@@ -29,12 +29,13 @@ import numpy as np
 
 cimport openmp
 from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport logf
+from libc.math cimport logf, tanhf
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 from .backend_checks import (
     check_batchnorm,
+    check_lstm,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_col2im,
@@ -1409,3 +1410,71 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
                     DX.data[r * cc + c] = <float>(k * (G.data[r * cc + c] - sums[c] / cr - xh * (sums[cc + c] / cr)))
                 else:
                     DX.data[r * cc + c] = <float>(k * G.data[r * cc + c])
+
+
+# ---------------------------------------------------------------- LSTM cell
+# The element-wise part of one step (see the reference): a row of gates per task.
+
+cdef inline float _sig(float a) noexcept nogil:
+    return (tanhf(a * 0.5) + 1.0) * 0.5
+
+
+cdef inline void _lstm_row(const float *z, const float *c0, float *h, float *c, Py_ssize_t H) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef float cn
+    for j in range(H):
+        cn = _sig(z[H + j]) * c0[j] + _sig(z[j]) * tanhf(z[2 * H + j])
+        c[j] = cn
+        h[j] = _sig(z[3 * H + j]) * tanhf(cn)
+
+
+cdef inline void _lstm_row_backward(const float *z, const float *c0, const float *dh, const float *dc, float *dz,
+                                    float *dc0, Py_ssize_t H) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef float i, f, g, o, t, d
+    for j in range(H):
+        i, f, g, o = _sig(z[j]), _sig(z[H + j]), tanhf(z[2 * H + j]), _sig(z[3 * H + j])
+        t = tanhf(f * c0[j] + i * g)
+        d = dc[j] + dh[j] * o * (1.0 - t * t)
+        dz[j] = d * g * i * (1.0 - i)
+        dz[H + j] = d * c0[j] * f * (1.0 - f)
+        dz[2 * H + j] = d * i * (1.0 - g * g)
+        dz[3 * H + j] = dh[j] * t * o * (1.0 - o)
+        dc0[j] = d * f
+
+
+def lstm_cell(z, c0, h, c, rows, hidden):
+    """One LSTM step's new cell and hidden state from the gate pre-activations (see the reference)."""
+    cdef Array Z = _arr("lstm_cell", "z", z)
+    cdef Array C0 = _arr("lstm_cell", "c0", c0)
+    cdef Array Hh = _arr("lstm_cell", "h", h)
+    cdef Array C = _arr("lstm_cell", "c", c)
+    rows, hidden = _check_dims("lstm_cell", (("rows", rows), ("hidden", hidden)))
+    check_lstm("lstm_cell", rows, hidden, dict(z=Z), dict(c0=C0, h=Hh, c=C))
+    cdef Py_ssize_t R = rows, H = hidden, r
+    cdef int nt = _threads_for(R * H * 8)  # several transcendental functions per element
+    nk_reset_threads()
+    with nogil:
+        for r in prange(R, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            _lstm_row(Z.data + r * 4 * H, C0.data + r * H, Hh.data + r * H, C.data + r * H, H)
+
+
+def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
+    """The adjoints of lstm_cell's inputs from those of its outputs (see the reference)."""
+    cdef Array Z = _arr("lstm_cell_backward", "z", z)
+    cdef Array C0 = _arr("lstm_cell_backward", "c0", c0)
+    cdef Array DH = _arr("lstm_cell_backward", "dh", dh)
+    cdef Array DC = _arr("lstm_cell_backward", "dc", dc)
+    cdef Array DZ = _arr("lstm_cell_backward", "dz", dz)
+    cdef Array DC0 = _arr("lstm_cell_backward", "dc0", dc0)
+    rows, hidden = _check_dims("lstm_cell_backward", (("rows", rows), ("hidden", hidden)))
+    check_lstm("lstm_cell_backward", rows, hidden, dict(z=Z, dz=DZ), dict(c0=C0, dh=DH, dc=DC, dc0=DC0))
+    cdef Py_ssize_t R = rows, H = hidden, r
+    cdef int nt = _threads_for(R * H * 12)
+    nk_reset_threads()
+    with nogil:
+        for r in prange(R, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            _lstm_row_backward(Z.data + r * 4 * H, C0.data + r * H, DH.data + r * H, DC.data + r * H,
+                               DZ.data + r * 4 * H, DC0.data + r * H, H)

@@ -30,6 +30,7 @@ from .backend_checks import (
     check_batchnorm,
     check_col2im,
     check_labels,
+    check_lstm,
     check_softmax_xent,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
@@ -233,6 +234,7 @@ KERNELS = {
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
     "conv.cu": ("col2im",),
     "batchnorm.cu": ("batchnorm_stats", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
+    "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
 }
 _SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
 
@@ -694,3 +696,27 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     _launch(_kernel("batchnorm_grad_input"), *grid_1d(rows * cols),
             (x.array, dy.array, mean.array, invstd.array, weight.array, dweight.array, dbias.array, dx.array,
              _i64(rows), _i64(cols), np.int32(1 if batch_stats else 0)))
+
+
+# ---------------------------------------------------------------- LSTM cell
+
+def lstm_cell(z, c0, h, c, rows, hidden):
+    """One LSTM step's new cell and hidden state from the gate pre-activations (see the reference)."""
+    _require("lstm_cell")
+    _check_arrays("lstm_cell", z=z, c0=c0, h=h, c=c)
+    rows, hidden = int(rows), int(hidden)
+    check_lstm("lstm_cell", rows, hidden, dict(z=z), dict(c0=c0, h=h, c=c))
+    if rows:
+        _launch(_kernel("lstm_cell"), *grid_1d(rows * hidden),
+                (z.array, c0.array, h.array, c.array, _i64(rows), _i64(hidden)))
+
+
+def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
+    """The adjoints of lstm_cell's inputs from those of its outputs (see the reference)."""
+    _require("lstm_cell_backward")
+    _check_arrays("lstm_cell_backward", z=z, c0=c0, dh=dh, dc=dc, dz=dz, dc0=dc0)
+    rows, hidden = int(rows), int(hidden)
+    check_lstm("lstm_cell_backward", rows, hidden, dict(z=z, dz=dz), dict(c0=c0, dh=dh, dc=dc, dc0=dc0))
+    if rows:
+        _launch(_kernel("lstm_cell_backward"), *grid_1d(rows * hidden),
+                (z.array, c0.array, dh.array, dc.array, dz.array, dc0.array, _i64(rows), _i64(hidden)))

@@ -25,6 +25,7 @@ from .backend_checks import (
     check_batchnorm,
     check_col2im,
     check_labels,
+    check_lstm,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_reduce as _check_reduce,
@@ -401,3 +402,49 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     k = weight.array.astype(np.float64) * s
     D = k * (G - db / rows - xhat * (dw / rows)) if batch_stats else k * G
     dx.array.reshape(rows, cols)[...] = D
+
+
+# ---------------------------------------------------------------- LSTM cell
+# Extensions used by nn.LSTMCell: the element-wise part of one step, from the gate
+# pre-activations z (rows, 4 * hidden), laid out [i | f | g | o] in each row, and the
+# previous cell c0 (rows, hidden). sigmoid(a) is (tanh(a / 2) + 1) / 2, as ops.sigmoid
+# computes it (it never overflows).
+
+def _lstm_gates(z, rows, hidden):
+    Z = z.array.reshape(rows, 4, hidden)
+    sig = lambda a: (np.tanh(a * np.float32(0.5)) + np.float32(1.0)) * np.float32(0.5)  # noqa: E731
+    return sig(Z[:, 0]), sig(Z[:, 1]), np.tanh(Z[:, 2]), sig(Z[:, 3])
+
+
+def lstm_cell(z, c0, h, c, rows, hidden):
+    """One step's new cell and hidden state:
+
+        i, f, o = sigmoid(z_i), sigmoid(z_f), sigmoid(z_o);  g = tanh(z_g)
+        c = f * c0 + i * g;  h = o * tanh(c)
+    """
+    check_lstm("lstm_cell", rows, hidden, dict(z=z), dict(c0=c0, h=h, c=c))
+    i, f, g, o = _lstm_gates(z, rows, hidden)
+    C = f * c0.array.reshape(rows, hidden) + i * g
+    c.array[:] = C.ravel()
+    h.array[:] = (o * np.tanh(C)).ravel()
+
+
+def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
+    """The adjoints of lstm_cell's inputs given those of its outputs (dh, dc), c recomputed:
+
+        t = tanh(c);  d = dc + dh * o * (1 - t * t)
+        dz_i = d * g * i * (1 - i);  dz_f = d * c0 * f * (1 - f)
+        dz_g = d * i * (1 - g * g);  dz_o = dh * t * o * (1 - o);  dc0 = d * f
+    """
+    check_lstm("lstm_cell_backward", rows, hidden, dict(z=z, dz=dz), dict(c0=c0, dh=dh, dc=dc, dc0=dc0))
+    i, f, g, o = _lstm_gates(z, rows, hidden)
+    C0 = c0.array.reshape(rows, hidden)
+    DH, one = dh.array.reshape(rows, hidden), np.float32(1.0)
+    t = np.tanh(f * C0 + i * g)
+    d = dc.array.reshape(rows, hidden) + DH * o * (one - t * t)
+    DZ = dz.array.reshape(rows, 4, hidden)
+    DZ[:, 0] = d * g * i * (one - i)
+    DZ[:, 1] = d * C0 * f * (one - f)
+    DZ[:, 2] = d * i * (one - g * g)
+    DZ[:, 3] = DH * t * o * (one - o)
+    dc0.array[:] = (d * f).ravel()

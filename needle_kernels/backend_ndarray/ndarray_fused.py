@@ -1,4 +1,5 @@
-"""Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy, batch norm.
+"""Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy,
+batch norm and the LSTM cell.
 
 Each is one pass of one kernel over whole arrays, where the same formula
 written with array operations would take a dozen kernels and temporaries.
@@ -9,6 +10,7 @@ import numpy as np
 
 from ..labels import one_hot_rows
 from .ndarray import NDArray
+from .ndarray_functions import stack
 
 
 def _same_layout(name, ref, **arrays):
@@ -172,3 +174,48 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
     dev.batchnorm_backward(x._handle, dy.compact()._handle, mean.compact()._handle, invstd.compact()._handle,
                            weight.compact()._handle, dx._handle, dw._handle, db._handle, rows, cols, bool(batch_stats))
     return dx, dw, db
+
+
+def _lstm_args(name, z, c0, *states):
+    if not isinstance(z, NDArray) or z.ndim != 2 or z.shape[1] % 4 or z.shape[1] == 0:
+        raise ValueError(f"{name}: gates must be an NDArray (rows, 4 * hidden), got shape {getattr(z, 'shape', None)}")
+    shape = (z.shape[0], z.shape[1] // 4)
+    _same_layout(name, NDArray._new(shape, z._device), c0=c0, **{f"state{k}": s for k, s in enumerate(states)})
+    return z.compact(), shape
+
+
+def _lstm_gates_generic(z, shape):
+    rows, hidden = shape
+    parts = [z[:, k * hidden:(k + 1) * hidden] for k in range(4)]
+    sig = lambda a: ((a * 0.5).tanh() + 1.0) * 0.5  # noqa: E731
+    return sig(parts[0]), sig(parts[1]), parts[2].tanh(), sig(parts[3])
+
+
+def lstm_cell(z, c0):
+    """``(h, c)`` of one LSTM step from the gate pre-activations z (rows, 4 * hidden), [i | f | g | o]
+    per row, and the previous cell c0 (rows, hidden), in one kernel."""
+    z, shape = _lstm_args("lstm_cell", z, c0)
+    dev = z._device
+    if not _has_kernel(dev, "lstm_cell"):  # the same formulas in generic operations
+        i, f, g, o = _lstm_gates_generic(z, shape)
+        c = f * c0 + i * g
+        return o * c.tanh(), c
+    h, c = NDArray._new(shape, dev), NDArray._new(shape, dev)
+    dev.lstm_cell(z._handle, c0.compact()._handle, h._handle, c._handle, *shape)
+    return h, c
+
+
+def lstm_cell_backward(z, c0, dh, dc):
+    """``(dz, dc0)``: the adjoints of lstm_cell's inputs given those of its outputs (dh, dc)."""
+    z, shape = _lstm_args("lstm_cell_backward", z, c0, dh, dc)
+    dev = z._device
+    if not _has_kernel(dev, "lstm_cell_backward"):
+        i, f, g, o = _lstm_gates_generic(z, shape)
+        t = (f * c0 + i * g).tanh()
+        d = dc + dh * o * (1.0 - t * t)
+        parts = (d * g * i * (1.0 - i), d * c0 * f * (1.0 - f), d * i * (1.0 - g * g), dh * t * o * (1.0 - o))
+        return stack(parts, 1).reshape((shape[0], 4 * shape[1])), d * f
+    dz, dc0 = NDArray._new(z.shape, dev), NDArray._new(shape, dev)
+    dev.lstm_cell_backward(z._handle, c0.compact()._handle, dh.compact()._handle, dc.compact()._handle,
+                           dz._handle, dc0._handle, *shape)
+    return dz, dc0

@@ -83,16 +83,25 @@ class LSTMCell(_RecurrentCell):
 
         i, f, g, o = split(X W_ih + b_ih + h0 W_hh + b_hh)      (each (B, H))
         c' = sigmoid(f) * c0 + sigmoid(i) * tanh(g);  h' = sigmoid(o) * tanh(c')
+
+    ``fused=True`` (the default) trains with one fused op each way for the second line
+    (``ops.lstm_cell``); ``fused=False`` uses generic ops, differentiable more than once.
+    Eval mode is always generic: a traced model keeps ops that ``compile`` can fuse and
+    export to ONNX.
     """
 
     gates = 4
 
-    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype="float32"):
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype="float32", fused=True):
         super().__init__(input_size, hidden_size, bias, device, dtype)
+        self.fused = fused
 
     def step(self, proj, h):
         h0, c0 = h
         bs, H = h0.shape
+        if self.fused and self.training:  # the element-wise part in one op (ops.lstm_cell)
+            out = ops.lstm_cell(proj + h0 @ self.W_hh, c0)
+            return out[0], out[1]
         z = (proj + h0 @ self.W_hh).reshape((bs, 4, H))
         i, f, g, o = ops.split(z, 1)
         c = ops.sigmoid(f) * c0 + ops.sigmoid(i) * ops.tanh(g)
@@ -158,12 +167,12 @@ class LSTM(Module):
         -> (output (T, B, H), (h_n, c_n) each (L, B, H))
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, device=None, dtype="float32"):
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, device=None, dtype="float32", fused=True):
         super().__init__()
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.device, self.dtype = device, dtype
         self.lstm_cells = [
-            LSTMCell(input_size if l == 0 else hidden_size, hidden_size, bias, device, dtype)
+            LSTMCell(input_size if l == 0 else hidden_size, hidden_size, bias, device, dtype, fused=fused)
             for l in range(num_layers)
         ]
 

@@ -6,6 +6,7 @@ from .ops_conv import *
 from .ops_pooling import *
 from .ops_softplus import *
 from .ops_norm import *
+from .ops_lstm import *
 
 from .. import autograd as _autograd
 
