@@ -7,17 +7,22 @@ tests):
   and its points; balanced solution and hidden-test regions;
 * ``nbgrader generate_assignment`` (with the course's config) gives a release with no solution or
   hidden-test text, whose stubs name their task id;
-* ``nbgrader autograde`` of the source notebook, submitted as is, earns every point, and of the
-  released notebook, submitted untouched, earns none (slow).
+* ``nbgrader autograde`` of the source notebook, submitted as is, earns every point (and the
+  ratios its speed tests print are reported with the suite's figures), and of the released
+  notebook, submitted untouched, earns none (slow).
 """
 import re
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from nbhelpers import (ASSIGNMENTS, assignment_ids, grade_cells, grades, make_course, nbgrader,
+from nbhelpers import (ASSIGNMENTS, REPO, assignment_ids, grade_cells, grades, make_course, nbgrader,
                        solution_cells, submit)
+
+sys.path.insert(0, str(REPO / "autotests"))
+from figures import report_figure  # noqa: E402
 
 IDS = assignment_ids()
 HEADING = re.compile(r"^#+\s*Task\s+`?(?P<task>[a-z0-9]+_t\d+)`?\b.*\((?P<points>\d+(?:\.\d+)?)\s+points?\)",
@@ -198,6 +203,18 @@ def test_solution_earns_full_marks(aid, tmp_path):
         details = _errors(autograded)
         pytest.fail(f"{aid}: the solution loses points on {missing}\n{details}")
     assert sum(s for s, _ in scores.values()) == sum(expected.values())
+    # speed tasks print their measured ratio ("... is 7.0x faster"): show it with the suite's figures
+    for line in _printed_ratios(tmp_path / "autograded" / "source" / aid / f"{aid}.ipynb"):
+        report_figure(f"{aid} (instructor's solution, graded): {line}")
+
+
+def _printed_ratios(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            for line in o.get("text", "").splitlines() if o.get("output_type") == "stream" else ():
+                if re.search(r"\d(\.\d+)?x faster", line):
+                    yield f"[{meta(cell).get('grade_id', '?')}] {line.strip()}"
 
 
 @pytest.mark.slow
