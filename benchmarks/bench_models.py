@@ -29,14 +29,18 @@ most own time.
 
 Both libraries run in this one process, each with its own OpenMP runtime
 (torch ships its own libgomp). By default an OpenMP thread keeps spinning
-for a while after a parallel region, so the idle runtime's threads take the
-cores the busy one needs and both slow down several-fold on a small machine.
-The script therefore sets ``OMP_WAIT_POLICY=PASSIVE`` unless the variable is
-already set (it must be set before either runtime starts).
+for a while after a parallel region (300,000 spins), so the idle runtime's
+threads take the cores the busy one needs and both slow down several-fold on
+a small machine. The script therefore sets ``GOMP_SPINCOUNT=10000`` (a short
+spin, then sleep: what needle_kernels itself sets, see
+``benchmarks/bench_wait_policy.py``) for both runtimes, unless
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is already set (they must be set
+before either runtime starts).
 """
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -572,6 +576,7 @@ def main(argv=None):
         return 0
     set_threads(threads)
     print(f"device {ndl.default_device()}, threads {threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+          f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}, "
           f"torch {torch.__version__ if torch else 'not installed'}")
     rows = []
 

@@ -17,13 +17,9 @@ The data directory defaults to ``$NEEDLE_DATA_DIR``, else ``../shared/data``
 beside the repository when present, else the standard cache.
 
 numpy's BLAS threads and the OpenMP threads of the Cython kernels take turns
-here; ``OMP_WAIT_POLICY=PASSIVE`` (set unless already set) stops idle OpenMP
-threads from spinning on the cores the other one needs.
+here; needle_kernels keeps its idle OpenMP threads from spinning long on the
+cores numpy needs (see ``needle_kernels/backend_ndarray/__init__.py``).
 """
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import argparse  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
