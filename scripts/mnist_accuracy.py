@@ -20,13 +20,14 @@ numpy's BLAS threads and the OpenMP threads of the Cython kernels take turns
 here; needle_kernels keeps its idle OpenMP threads from spinning long on the
 cores numpy needs (see ``needle_kernels/backend_ndarray/__init__.py``).
 """
-import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
