@@ -15,8 +15,8 @@ Every row times needle_kernels and PyTorch side by side in this one run:
 * matmul 256x256 on the NDArray against numpy's ``@``;
 * per-op overhead: a chain of 1,000 tiny ops on (4, 4) Tensors, forward + backward;
 * memory: the backend allocator's high-water mark during a ResNet9 training
-  step, and each library's growth of the process's peak RSS over the same step
-  (each measured in a fresh process).
+  step, and each library's growth of the process's peak RSS over the same (first)
+  step, each measured in a fresh process.
 
 Each timing alternates the two libraries and reports the median, so load from
 other processes hits both alike. The ratio is needle_kernels time / reference
@@ -445,21 +445,32 @@ class TorchChain:
 # ---------------------------------------------------------------- memory of a ResNet9 training step
 
 
-def _peak_rss_bytes():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+def _status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak_rss():
+    """Start the process's peak RSS (VmHWM) afresh from its current RSS (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def memory_probe(lib, threads):
-    """In this (fresh) process: one warm-up step, then the growth of peak RSS over a second step,
-    and for needle_kernels the backend allocator's high-water mark over that step; printed as JSON."""
+    """In this (fresh) process, over the first training step of a ResNet9 already built: the growth
+    of the process's peak RSS (VmHWM, reset just before the step), and for needle_kernels the backend allocator's high-water mark above
+    what was held before the step (the model, its inputs); printed as JSON. The first step, because
+    both libraries keep freed memory for reuse, so a second step adds nothing to either's RSS."""
     set_threads(threads)
     x, y = cifar_batch()
     step = ResNet9Step(x, y, True) if lib == "ndl" else TorchResNet9Step(x, y, True)
-    step()
     import gc
     gc.collect()
-    before = _peak_rss_bytes()
+    _reset_peak_rss()
+    before = _status_kb("VmRSS") * 1024
     result = {}
     if lib == "ndl":
         dev = ndl.default_device()
@@ -469,7 +480,7 @@ def memory_probe(lib, threads):
         result["allocator_peak_bytes"] = dev.memory_stats()["peak_bytes"] - live
     else:
         step()
-    result["rss_growth_bytes"] = _peak_rss_bytes() - before
+    result["rss_growth_bytes"] = _status_kb("VmHWM") * 1024 - before
     print(json.dumps(result))
 
 
