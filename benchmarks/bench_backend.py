@@ -160,6 +160,19 @@ def ndarray_rows(cpu, b, args, rng):
            lambda: dA.sum(axis=0))
     b.case(f"NDArray .T.compact() {n}x{n}", "GB/s", 8.0 * n * n, lambda: np.ascontiguousarray(A.T),
            lambda: dA.permute((1, 0)).compact())
+    # a 3x3 convolution's im2col (64 images, 16x16, 64 channels, padded NHWC) and its weight
+    # gradient's product: each call makes a fresh 37 MB result, as a training step does
+    img = rng.standard_normal((64, 18, 18, 64), dtype=np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(img, (3, 3), axis=(1, 2)).transpose(0, 1, 2, 4, 5, 3)
+    d_img = nd.array(img, device=nd.cpu())
+    s0, s1, s2, s3 = d_img.strides
+    d_windows = d_img.as_strided((64, 16, 16, 3, 3, 64), (s0, s1, s2, s1, s2, s3))
+    b.case("NDArray im2col 3x3 (64,16,16,64)", "GB/s", 8.0 * windows.size,
+           lambda: np.ascontiguousarray(windows), lambda: d_windows.compact())
+    G = rng.standard_normal((64, 16384), dtype=np.float32)
+    X = rng.standard_normal((16384, 576), dtype=np.float32)
+    dG, dX = nd.array(G, device=nd.cpu()), nd.array(X, device=nd.cpu())
+    b.case("NDArray @ 64x16384x576 (conv dW)", "GFLOP/s", 2.0 * 64 * 16384 * 576, lambda: G @ X, lambda: dG @ dX)
 
 
 def speedup(cpu, args, threads, rng):

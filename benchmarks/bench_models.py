@@ -330,10 +330,8 @@ def ptb_valid_batches():
     path = root / "ptb" / "valid.txt" if root else None
     if path is None or not path.is_file():
         return None
-    vocab = {}
-    ids = [vocab.setdefault(w, len(vocab)) for line in path.read_text().splitlines() for w in line.split() + ["<eos>"]]
-    ids = np.asarray(ids) % VOCAB
-    return ndl.data.batchify(ids, BATCH, None, None)
+    corpus = ndl.data.Corpus(path.parent, train_file="valid.txt", test_file="valid.txt")
+    return ndl.data.batchify(np.asarray(corpus.train) % VOCAB, BATCH, None, None)
 
 
 def ndl_lm_pass(model, batches):

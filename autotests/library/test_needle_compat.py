@@ -15,12 +15,7 @@ import needle_kernels.backend_ndarray as nd
 from needle_kernels.apps.models import LanguageModel
 from needle_kernels.backend_selection import BACKEND
 
-_DEVICES = [
-    pytest.param(ndl.cpu(), id="cpu"),
-    pytest.param(ndl.cpu_numpy(), id="cpu_numpy"),
-    pytest.param(ndl.cuda(), id="cuda",
-                 marks=[pytest.mark.gpu, pytest.mark.skipif(not ndl.cuda().enabled(), reason="No GPU")]),
-]
+# Tensor tests take the library's ``device`` fixture (conftest.py: every device of the array API);
 # NDArray tests run on the NDArray devices whatever array API Tensors use
 _ND_DEVICES = [
     pytest.param(nd.cpu(), id="cpu"),
@@ -28,16 +23,6 @@ _ND_DEVICES = [
     pytest.param(nd.cuda(), id="cuda",
                  marks=[pytest.mark.gpu, pytest.mark.skipif(not nd.cuda().enabled(), reason="No GPU")]),
 ]
-
-
-@pytest.fixture(params=_DEVICES)
-def device(request):
-    return request.param
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    np.random.seed(0)
 
 
 # ---------------------------------------------------------------- needle's helpers, verbatim

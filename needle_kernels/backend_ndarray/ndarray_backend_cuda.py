@@ -42,6 +42,7 @@ from .backend_checks import (
     prod,
     read_view,
 )
+from .memory_counter import MemoryCounter
 
 __device_name__ = "cuda"
 __tile_size__ = 8
@@ -132,25 +133,11 @@ def _require(name):
 
 # ---------------------------------------------------------------- buffers
 
-# Bytes held by live Arrays, counted where buffers are made and freed (cupy's pool may
-# keep freed blocks for reuse; this counts what the arrays hold).
-_memory = {"live_bytes": 0, "peak_bytes": 0}
-
-
-def _account(nbytes):
-    _memory["live_bytes"] += nbytes
-    if _memory["live_bytes"] > _memory["peak_bytes"]:
-        _memory["peak_bytes"] = _memory["live_bytes"]
-
-
-def memory_stats():
-    """{"live_bytes": held by live Arrays now, "peak_bytes": the most held since the last reset}."""
-    return dict(_memory)
-
-
-def reset_peak_memory():
-    """Start a new peak from what is held now."""
-    _memory["peak_bytes"] = _memory["live_bytes"]
+# Bytes held by live Arrays (memory_counter.py): memory_stats() and reset_peak_memory().
+_memory = MemoryCounter()
+_account = _memory.account
+memory_stats = _memory.memory_stats
+reset_peak_memory = _memory.reset_peak_memory
 
 
 class Array:

@@ -8,6 +8,8 @@ from .ops_softplus import *
 from .ops_norm import *
 from .ops_lstm import *
 
+import sys as _sys
+
 from .. import autograd as _autograd
 
-_autograd.ops = __import__(__name__, fromlist=["*"])  # the Tensor operators call ops through it
+_autograd.ops = _sys.modules[__name__]  # the Tensor operators call ops through it

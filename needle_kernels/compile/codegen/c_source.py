@@ -5,7 +5,7 @@ exp, log and tanh come from the backend's own kernels header
 libm's ``tanhf`` in a loop keeps gcc from vectorizing it, so a fused kernel
 built on it loses to the backend's vectorized ops it replaces. The program is
 written once per instruction set (baseline with 4-float vectors, AVX2+FMA
-with 8, picked at run time as the backend does), applied to one chunk of
+with 8, AVX-512 with 16, picked at run time as the backend does), applied to one chunk of
 entries at a time; OpenMP splits the chunks across threads.
 """
 import hashlib
@@ -32,6 +32,7 @@ _VECTOR = {
 _ISAS = [
     ("generic", "", 4, None),
     ("avx2", '__attribute__((target("avx2,fma")))', 8, "NK_VMATH_X86"),
+    ("avx512", '__attribute__((target("avx512f,avx2,fma")))', 16, "NK_VMATH_X86"),
 ]
 
 _CHUNK = 8192
@@ -121,6 +122,7 @@ static {name}_block {name}_pick(void)
 {{
 #ifdef NK_VMATH_X86
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return {name}_avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {name}_avx2;
 #endif
     return {name}_generic;
