@@ -23,6 +23,10 @@ from .backend_selection import (
 # graph, compute on demand) is kept as a switch for teaching.
 LAZY_MODE = False
 
+# True while compile.trace records a forward pass: modules then build the generic
+# ops the compiler and the ONNX exporter know instead of their fused kernels.
+TRACING = False
+
 # The number of live Values (Tensors and TensorTuples). Tests use it to check
 # that optimizers and training loops do not leak graph nodes.
 TENSOR_COUNTER = 0
@@ -499,7 +503,16 @@ def topo_sort_dfs(node, visited, topo_order):
 
 
 def sum_node_list(node_list):
-    """Sum Tensors with ``+`` (a single one is returned as is, no new node)."""
+    """The sum of the Tensors (a single one is returned as is, no new node).
+
+    Tensors of one shape, as a node's partial adjoints are, are summed by one
+    ``add_n`` node; others with ``+`` (which broadcasts).
+    """
     if len(node_list) == 1:
         return node_list[0]
+    first = node_list[0]
+    if type(first) is Tensor:
+        shape = first.shape
+        if all(type(t) is Tensor and t.shape == shape for t in node_list):
+            return ops.add_n(*node_list)
     return reduce(operator.add, node_list)

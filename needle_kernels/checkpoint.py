@@ -61,6 +61,11 @@ class Checkpoint(TensorOp):
         finally:
             for p, g in zip(self.params, saved):
                 p.grad = g
+            # An input's .grad is built from the recomputed nodes, which lead back to the
+            # input: a reference cycle that would keep the whole recomputed segment alive
+            # until the cyclic garbage collector happened to run.
+            for x in inputs:
+                x.grad = None
         return grads
 
 

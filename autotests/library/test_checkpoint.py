@@ -115,6 +115,13 @@ if BACKEND != "np":
     def test_checkpointing_lowers_the_allocator_peak(device):
         blocks = deep_mlp(16, 64, device)
         x = ndl.Tensor(np.ones((128, 64), dtype=np.float32), device=device, requires_grad=False)
-        plain = peak_of_step(blocks, x, 1)
-        kept = peak_of_step(blocks, x, 4)
-        assert kept < 0.75 * plain, (kept, plain)
+        # with the cyclic collector off, a recomputed segment must be freed by reference
+        # counting alone, as soon as its gradient is taken (4 of 16 blocks alive at a time)
+        gc.collect()
+        gc.disable()
+        try:
+            plain = peak_of_step(blocks, x, 1)
+            kept = peak_of_step(blocks, x, 4)
+        finally:
+            gc.enable()
+        assert kept < 0.5 * plain, (kept, plain)

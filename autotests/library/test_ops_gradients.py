@@ -42,6 +42,26 @@ def test_exp(device): check_op(ndl.exp, np.exp, rand(3, 4), device=device)
 def test_relu(device): check_op(ndl.relu, lambda a: np.maximum(a, 0), away_from_zero(3, 4), device=device)
 def test_tanh(device): check_op(ndl.tanh, np.tanh, rand(3, 4), device=device)
 def test_sigmoid(device): check_op(ndl.sigmoid, lambda a: 1 / (1 + np.exp(-a)), rand(3, 4) * 4, device=device)
+def test_relu_backward(device): check_op(ndl.relu_backward, lambda g, a: g * (a > 0), rand(3, 4), away_from_zero(3, 4), device=device)
+def test_tanh_backward(device): check_op(ndl.tanh_backward, lambda g, y: g * (1 - y * y), rand(3, 4), rand(3, 4), device=device)
+def test_sigmoid_backward(device): check_op(ndl.sigmoid_backward, lambda g, y: g * y * (1 - y), rand(3, 4), rand(3, 4), device=device)
+def test_add_n(device): check_op(ndl.add_n, lambda *xs: sum(xs), rand(3, 4), rand(3, 4), rand(3, 4), rand(3, 4), device=device)
+
+
+def test_add_n_refuses_mixed_shapes(device):
+    with pytest.raises(ValueError, match=r"add_n: array 1 has shape \(4, 3\)"):
+        ndl.add_n(ndl.Tensor(np.ones((3, 4)), device=device), ndl.Tensor(np.ones((4, 3)), device=device))
+
+
+def test_adjoints_of_a_reused_value_are_one_add_n_node(device):
+    # y is used by four ops: its adjoint is one add_n of the four partials, not three adds
+    x = ndl.Tensor(rand(3, 4), device=device)
+    y = ndl.Tensor(rand(3, 4), device=device)
+    ((y * x + y) * y + ndl.tanh(y)).sum().backward()
+    xn, yn = x.numpy().astype(np.float64), y.numpy().astype(np.float64)
+    expected = 2 * yn * xn + 2 * yn + (1 - np.tanh(yn) ** 2)
+    np.testing.assert_allclose(y.grad.numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert isinstance(y.grad.op, ndl.ops.AddN) and len(y.grad.inputs) == 4
 
 
 def test_sigmoid_extreme_values_do_not_overflow(device):
@@ -188,6 +208,15 @@ def test_summation_bad_axis(device):
 # ---------------------------------------------------------------- second derivatives
 def test_second_order_elementwise(device):
     check_second_order(lambda x: ndl.exp(x) * ndl.tanh(x) + ndl.sigmoid(x) * x ** 3, rand(3, 2), device=device)
+
+
+def test_second_order_through_the_activation_adjoints(device):
+    # differentiates relu_backward, tanh_backward and sigmoid_backward in both their inputs
+    check_second_order(lambda x: ndl.relu(x) * x * x + ndl.tanh(x) * x + ndl.sigmoid(x) * x, away_from_zero(3, 2), device=device)
+
+
+def test_second_order_add_n(device):
+    check_second_order(lambda x: ndl.add_n(x * x, ndl.exp(x), x), rand(3, 2), device=device)
 
 
 def test_second_order_log_divide(device):

@@ -463,6 +463,25 @@ def test_fused_lstm_cell_is_the_generic_one(device):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_lstm_eval_runs_the_fused_cell_except_while_traced(device):
+    from needle_kernels.compile import trace
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    fused, generic = nn.LSTMCell(4, 5, device=device), nn.LSTMCell(4, 5, device=device, fused=False)
+    for p, q in zip(fused.parameters(), generic.parameters()):
+        q.data = p.data
+    fused.eval()
+    generic.eval()
+    (h, c), (hg, cg) = fused(ndl.Tensor(x, device=device)), generic(ndl.Tensor(x, device=device))
+    np.testing.assert_allclose(h.numpy(), hg.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c.numpy(), cg.numpy(), rtol=1e-5, atol=1e-6)
+    assert isinstance(h.inputs[0].op, ndl.ops.LSTMCellGates)
+    graph = trace(lambda t: fused(t)[0], ndl.Tensor(x, device=device))
+    assert not any("lstm" in n.op for n in graph.nodes), [n.op for n in graph.nodes]
+    np.testing.assert_allclose(graph(ndl.Tensor(x, device=device)).numpy(), hg.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_fused_lstm_cell_says_it_is_differentiable_once():
     z = ndl.Tensor(np.random.randn(2, 8).astype(np.float32))
     c0 = ndl.Tensor(np.random.randn(2, 2).astype(np.float32))

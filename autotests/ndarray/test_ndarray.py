@@ -118,6 +118,26 @@ def test_setitem_broadcasts_and_handles_overlap(device):
     close(a, x)
 
 
+def test_iadd_is_in_place_like_numpy(device):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    a, b = arr(x, device), arr(y, device)
+    alias = a
+    a += b  # compact: the kernel adds into a's own buffer
+    x += y
+    assert a is alias
+    close(a, x)
+    view = a[:, 1::2]  # a strided view: the sum lands in the base array
+    view += arr(np.array([10.0, 20.0]), device)  # broadcast, as numpy
+    x[:, 1::2] += np.array([10.0, 20.0])
+    close(a, x)
+    a += a  # the same buffer on both sides
+    x += x
+    close(a, x)
+    with pytest.raises(ValueError, match=r"cannot add shape \(2, 3, 4\) into an array of shape \(3, 4\)"):
+        a += arr(np.ones((2, 3, 4)), device)
+
+
 # ------------------------------------------------------------------ element-wise
 BINARY = [
     (lambda a, b: a + b, np.add), (lambda a, b: a - b, np.subtract), (lambda a, b: a * b, np.multiply),

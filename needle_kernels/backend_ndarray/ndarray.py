@@ -448,6 +448,19 @@ class NDArray:
     def __neg__(self):
         return self * -1.0
 
+    def __iadd__(self, other):
+        """``self += other`` in place, as numpy: ``other`` broadcasts to this array's shape."""
+        dev = self._device
+        if type(other) is NDArray and other._device is dev and other._shape == self._shape and self.is_compact():
+            # element-wise kernels read a[i] before they write out[i], so out may be a
+            dev.ewise_add(self._handle, other.compact()._handle, self._handle)
+            return self
+        total = self + other
+        if total._shape != self._shape:
+            raise ValueError(f"+=: cannot add shape {total._shape} into an array of shape {self._shape}")
+        self[...] = total
+        return self
+
     def __sub__(self, other):
         return self + (-other)
 

@@ -70,6 +70,9 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
     void nk_fill(float *out, float v, Py_ssize_t n)
     float nk_sum(const float *a, Py_ssize_t n)
     float nk_max(const float *a, Py_ssize_t n)
+    void nk_lstm_row(const float *z, const float *c0, float *h, float *c, Py_ssize_t H)
+    void nk_lstm_row_backward(const float *z, const float *c0, const float *dh, const float *dc, float *dz,
+                              float *dc0, Py_ssize_t H)
     float nk_maxf(float a, float b)
     void nk_sum_rows(const float *a, Py_ssize_t lda, Py_ssize_t rows, float *out, Py_ssize_t n, int is_max)
     void nk_tile_matmul8(const float *a, const float *b, float *out)
@@ -1413,35 +1416,8 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
 
 
 # ---------------------------------------------------------------- LSTM cell
-# The element-wise part of one step (see the reference): a row of gates per task.
-
-cdef inline float _sig(float a) noexcept nogil:
-    return (tanhf(a * 0.5) + 1.0) * 0.5
-
-
-cdef inline void _lstm_row(const float *z, const float *c0, float *h, float *c, Py_ssize_t H) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef float cn
-    for j in range(H):
-        cn = _sig(z[H + j]) * c0[j] + _sig(z[j]) * tanhf(z[2 * H + j])
-        c[j] = cn
-        h[j] = _sig(z[3 * H + j]) * tanhf(cn)
-
-
-cdef inline void _lstm_row_backward(const float *z, const float *c0, const float *dh, const float *dc, float *dz,
-                                    float *dc0, Py_ssize_t H) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef float i, f, g, o, t, d
-    for j in range(H):
-        i, f, g, o = _sig(z[j]), _sig(z[H + j]), tanhf(z[2 * H + j]), _sig(z[3 * H + j])
-        t = tanhf(f * c0[j] + i * g)
-        d = dc[j] + dh[j] * o * (1.0 - t * t)
-        dz[j] = d * g * i * (1.0 - i)
-        dz[H + j] = d * c0[j] * f * (1.0 - f)
-        dz[2 * H + j] = d * i * (1.0 - g * g)
-        dz[3 * H + j] = dh[j] * t * o * (1.0 - o)
-        dc0[j] = d * f
-
+# The element-wise part of one step (see the reference): a row of gates per task,
+# vectorised (nk_lstm_row in ndarray_backend_cpu_vmath.h, for the selected instruction set).
 
 def lstm_cell(z, c0, h, c, rows, hidden):
     """One LSTM step's new cell and hidden state from the gate pre-activations (see the reference)."""
@@ -1457,7 +1433,7 @@ def lstm_cell(z, c0, h, c, rows, hidden):
     with nogil:
         for r in prange(R, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            _lstm_row(Z.data + r * 4 * H, C0.data + r * H, Hh.data + r * H, C.data + r * H, H)
+            nk_lstm_row(Z.data + r * 4 * H, C0.data + r * H, Hh.data + r * H, C.data + r * H, H)
 
 
 def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
@@ -1476,5 +1452,5 @@ def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
     with nogil:
         for r in prange(R, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            _lstm_row_backward(Z.data + r * 4 * H, C0.data + r * H, DH.data + r * H, DC.data + r * H,
-                               DZ.data + r * 4 * H, DC0.data + r * H, H)
+            nk_lstm_row_backward(Z.data + r * 4 * H, C0.data + r * H, DH.data + r * H, DC.data + r * H,
+                                 DZ.data + r * 4 * H, DC0.data + r * H, H)

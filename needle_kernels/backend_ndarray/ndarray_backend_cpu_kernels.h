@@ -230,8 +230,13 @@ NK_CLONES static void nk_tile_matmul8(const float *a, const float *b, float *out
 
 typedef void (*nk_unary_fn)(int op, const float *a, float *out, ptrdiff_t n);
 typedef float (*nk_max_fn)(const float *a, ptrdiff_t n);
+typedef void (*nk_lstm_row_fn)(const float *z, const float *c0, float *h, float *c, ptrdiff_t H);
+typedef void (*nk_lstm_row_backward_fn)(const float *z, const float *c0, const float *dh, const float *dc,
+                                        float *dz, float *dc0, ptrdiff_t H);
 static nk_unary_fn nk_unary_impl = nk_unary_generic;
 static nk_max_fn nk_max_impl = nk_max_generic;
+static nk_lstm_row_fn nk_lstm_row_impl = nk_lstm_row_generic;
+static nk_lstm_row_backward_fn nk_lstm_row_backward_impl = nk_lstm_row_backward_generic;
 
 /* Point exp/log/tanh/max at the copy for instruction set "avx512", "avx2" or
  * "generic"; returns 0 when this build or CPU lacks it. */
@@ -240,6 +245,8 @@ static int nk_vmath_select(const char *isa)
     if (strcmp(isa, "generic") == 0) {
         nk_unary_impl = nk_unary_generic;
         nk_max_impl = nk_max_generic;
+        nk_lstm_row_impl = nk_lstm_row_generic;
+        nk_lstm_row_backward_impl = nk_lstm_row_backward_generic;
         return 1;
     }
 #ifdef NK_VMATH_X86
@@ -247,11 +254,15 @@ static int nk_vmath_select(const char *isa)
     if (strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         nk_unary_impl = nk_unary_avx2;
         nk_max_impl = nk_max_avx2;
+        nk_lstm_row_impl = nk_lstm_row_avx2;
+        nk_lstm_row_backward_impl = nk_lstm_row_backward_avx2;
         return 1;
     }
     if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")) {
         nk_unary_impl = nk_unary_avx512;
         nk_max_impl = nk_max_avx512;
+        nk_lstm_row_impl = nk_lstm_row_avx512;
+        nk_lstm_row_backward_impl = nk_lstm_row_backward_avx512;
         return 1;
     }
 #endif
@@ -260,6 +271,15 @@ static int nk_vmath_select(const char *isa)
 
 static inline void nk_unary(int op, const float *a, float *out, ptrdiff_t n) { nk_unary_impl(op, a, out, n); }
 static inline float nk_max(const float *a, ptrdiff_t n) { return nk_max_impl(a, n); }
+static inline void nk_lstm_row(const float *z, const float *c0, float *h, float *c, ptrdiff_t H)
+{
+    nk_lstm_row_impl(z, c0, h, c, H);
+}
+static inline void nk_lstm_row_backward(const float *z, const float *c0, const float *dh, const float *dc,
+                                        float *dz, float *dc0, ptrdiff_t H)
+{
+    nk_lstm_row_backward_impl(z, c0, dh, dc, dz, dc0, H);
+}
 
 /* ------------------------------------------------------------ diagnostics */
 

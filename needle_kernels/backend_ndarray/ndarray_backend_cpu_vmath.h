@@ -80,9 +80,21 @@ NK_VATTR static inline VF FN(nk_vlog)(VF x)
     return FN(nk_vsel)(x != x, x, r);
 }
 
-/* tanh as an odd rational function p(x)/q(x) on [-7.9, 7.9] (beyond, tanh
- * rounds to +-1 in float32); the coefficients are Eigen's. Below 4e-4 tanh(x)
- * rounds to x. */
+/* Whether any lane of the mask m is set. */
+NK_VATTR static inline int FN(nk_vany)(VI m)
+{
+    int32_t lanes[NK_VW], any = 0;
+    memcpy(lanes, &m, sizeof(lanes));
+    for (int l = 0; l < NK_VW; l++) any |= lanes[l];
+    return any != 0;
+}
+
+/* tanh as an odd rational function p(x)/q(x) on [-7.9, 7.9]; the coefficients
+ * are Eigen's. Below 4e-4 tanh(x) rounds to x. Beyond 7.9, where the rational
+ * function stops improving but tanh is still a few ulp short of 1 (up to
+ * |x| = 9.01, where it rounds to 1), it is 1 - 2 e^(-2|x|) to float32
+ * precision: exactly +-1 where numpy gives +-1, so a saturated sigmoid gate
+ * multiplies by exactly 0 or 1. */
 NK_VATTR static inline VF FN(nk_vtanh)(VF x)
 {
     const float clamp = 7.90531110763549805f;
@@ -102,6 +114,12 @@ NK_VATTR static inline VF FN(nk_vtanh)(VF x)
     VF r = p / q;
     VI tiny = (x < 0.0004f) & (x > -0.0004f);
     r = FN(nk_vsel)(tiny, x, r);
+    VI big = (x > clamp) | (x < -clamp);
+    if (FN(nk_vany)(big)) {
+        VF ax = FN(nk_vsel)(x < 0.0f, -x, x);
+        VF t = 1.0f - 2.0f * FN(nk_vexp)(-2.0f * ax);
+        r = FN(nk_vsel)(big, FN(nk_vsel)(x < 0.0f, -t, t), r);
+    }
     return FN(nk_vsel)(x != x, x, r);
 }
 
@@ -136,6 +154,52 @@ NK_VATTR static void FN(nk_unary)(int op, const float *a, float *out, ptrdiff_t 
     case NK_LOG:  FN(nk_vlog_loop)(a, out, n); break;
     case NK_EXP:  FN(nk_vexp_loop)(a, out, n); break;
     case NK_TANH: FN(nk_vtanh_loop)(a, out, n); break;
+    }
+}
+
+/* sigmoid(x) = (tanh(x / 2) + 1) / 2, as the Sigmoid op computes it (never overflows). */
+NK_VATTR static inline VF FN(nk_vsig)(VF x) { return (FN(nk_vtanh)(x * 0.5f) + 1.0f) * 0.5f; }
+
+/* w <= NK_VW floats of a into a vector (the other lanes zero), and back. */
+NK_VATTR static inline VF FN(nk_vload)(const float *a, ptrdiff_t w)
+{
+    VF x = SPLAT(0.0f);
+    memcpy(&x, a, (size_t)w * sizeof(float));
+    return x;
+}
+NK_VATTR static inline void FN(nk_vstore)(float *out, VF x, ptrdiff_t w) { memcpy(out, &x, (size_t)w * sizeof(float)); }
+
+/* One row of an LSTM step (see lstm_cell in the numpy reference): z holds the
+ * row's four gate pre-activations [i | f | g | o], each H wide. The scalar
+ * tanhf of libm took ~10 ns a call, five calls per hidden unit. */
+NK_VATTR static void FN(nk_lstm_row)(const float *z, const float *c0, float *h, float *c, ptrdiff_t H)
+{
+    for (ptrdiff_t j = 0; j < H; j += NK_VW) {
+        ptrdiff_t w = H - j < NK_VW ? H - j : NK_VW;
+        VF i = FN(nk_vsig)(FN(nk_vload)(z + j, w)), f = FN(nk_vsig)(FN(nk_vload)(z + H + j, w));
+        VF g = FN(nk_vtanh)(FN(nk_vload)(z + 2 * H + j, w)), o = FN(nk_vsig)(FN(nk_vload)(z + 3 * H + j, w));
+        VF cn = f * FN(nk_vload)(c0 + j, w) + i * g;
+        FN(nk_vstore)(c + j, cn, w);
+        FN(nk_vstore)(h + j, o * FN(nk_vtanh)(cn), w);
+    }
+}
+
+/* The adjoints of one row (see lstm_cell_backward in the numpy reference). */
+NK_VATTR static void FN(nk_lstm_row_backward)(const float *z, const float *c0, const float *dh, const float *dc,
+                                              float *dz, float *dc0, ptrdiff_t H)
+{
+    for (ptrdiff_t j = 0; j < H; j += NK_VW) {
+        ptrdiff_t w = H - j < NK_VW ? H - j : NK_VW;
+        VF i = FN(nk_vsig)(FN(nk_vload)(z + j, w)), f = FN(nk_vsig)(FN(nk_vload)(z + H + j, w));
+        VF g = FN(nk_vtanh)(FN(nk_vload)(z + 2 * H + j, w)), o = FN(nk_vsig)(FN(nk_vload)(z + 3 * H + j, w));
+        VF C0 = FN(nk_vload)(c0 + j, w), DH = FN(nk_vload)(dh + j, w);
+        VF t = FN(nk_vtanh)(f * C0 + i * g);
+        VF d = FN(nk_vload)(dc + j, w) + DH * o * (1.0f - t * t);
+        FN(nk_vstore)(dz + j, d * g * i * (1.0f - i), w);
+        FN(nk_vstore)(dz + H + j, d * C0 * f * (1.0f - f), w);
+        FN(nk_vstore)(dz + 2 * H + j, d * i * (1.0f - g * g), w);
+        FN(nk_vstore)(dz + 3 * H + j, DH * t * o * (1.0f - o), w);
+        FN(nk_vstore)(dc0 + j, d * f, w);
     }
 }
 

@@ -7,7 +7,7 @@ Weights are stored input-major so a step is ``X @ W_ih + h @ W_hh``:
 """
 import numpy as np
 
-from .. import init, ops
+from .. import autograd, init, ops
 from ..autograd import Tensor, TensorOp
 from ..backend_selection import array_api, device_of
 from .nn_basic import Module, Parameter
@@ -84,10 +84,10 @@ class LSTMCell(_RecurrentCell):
         i, f, g, o = split(X W_ih + b_ih + h0 W_hh + b_hh)      (each (B, H))
         c' = sigmoid(f) * c0 + sigmoid(i) * tanh(g);  h' = sigmoid(o) * tanh(c')
 
-    ``fused=True`` (the default) trains with one fused op each way for the second line
+    ``fused=True`` (the default) runs the second line as one fused op each way
     (``ops.lstm_cell``); ``fused=False`` uses generic ops, differentiable more than once.
-    Eval mode is always generic: a traced model keeps ops that ``compile`` can fuse and
-    export to ONNX.
+    A forward traced by ``compile.trace`` is always generic: the traced graph keeps ops
+    that ``compile`` can fuse and export to ONNX.
     """
 
     gates = 4
@@ -99,7 +99,7 @@ class LSTMCell(_RecurrentCell):
     def step(self, proj, h):
         h0, c0 = h
         bs, H = h0.shape
-        if self.fused and self.training:  # the element-wise part in one op (ops.lstm_cell)
+        if self.fused and not autograd.TRACING:  # the element-wise part in one op (ops.lstm_cell)
             out = ops.lstm_cell(proj + h0 @ self.W_hh, c0)
             return out[0], out[1]
         z = (proj + h0 @ self.W_hh).reshape((bs, 4, H))

@@ -10,8 +10,8 @@ import numbers
 
 import numpy
 
-from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
-from ..backend_selection import array_api
+from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp, zeros_adjoint
+from ..backend_selection import array_api, device_of
 from ..shapes import broadcast_axes, broadcast_shapes, kept_shape, normalize_axes, resolve_shape
 from .ops_tuple import make_tuple
 
@@ -28,6 +28,12 @@ def _unbroadcast(grad, shape):
 
 def _const(array):
     return Tensor.make_const(array)
+
+
+def _zeros_like(t):
+    """A constant zero adjoint of ``t``'s shape (a broadcast view of one zero, no memory of its own)."""
+    data = t.realize_cached_data()
+    return zeros_adjoint(tuple(data.shape), data.dtype, device_of(data))
 
 
 # ---------------------------------------------------------------- element-wise
@@ -47,6 +53,34 @@ class EWiseAdd(TensorOp):
 
 def add(a, b):
     return EWiseAdd()(a, b)
+
+
+class AddN(TensorOp):
+    """out = a_1 + ... + a_n for n >= 2 arrays of one shape.  da_i = g.
+
+    The backward pass sums the partial adjoints a value receives with one of
+    these instead of n - 1 ``add`` nodes: a weight used at every step of an
+    RNN, say, gets one node and one output buffer for all its partials.
+    """
+
+    def compute(self, *arrays):
+        if len(arrays) < 2:
+            raise ValueError(f"add_n: needs at least 2 arrays, got {len(arrays)}")
+        shape = arrays[0].shape
+        for i, a in enumerate(arrays):
+            if a.shape != shape:
+                raise ValueError(f"add_n: array {i} has shape {a.shape}, array 0 has {shape}")
+        out = arrays[0] + arrays[1]
+        for a in arrays[2:]:
+            out += a  # in place: ``out`` is this op's own new array
+        return out
+
+    def gradient(self, out_grad, node):
+        return (out_grad,) * len(node.inputs)
+
+
+def add_n(*tensors):
+    return AddN()(*tensors)
 
 
 def _scalar(value, name):
@@ -237,36 +271,70 @@ def exp(a):
     return Exp()(a)
 
 
+# The adjoints of relu, tanh and sigmoid are each one op of their own (as PyTorch's
+# threshold_backward, tanh_backward and sigmoid_backward are): one graph node per
+# backward step instead of two to four, and still differentiable, for second order.
+
 class ReLU(TensorOp):
-    """out = max(a, 0).  da = g * [a > 0] (the mask is a constant: relu'' = 0)."""
+    """out = max(a, 0).  da = g * [a > 0] (relu_backward)."""
 
     def compute(self, a):
         return array_api.maximum(a, 0.0)
 
     def gradient(self, out_grad, node):
-        return out_grad * _const(array_api.greater(node.inputs[0].realize_cached_data(), 0.0))
+        return relu_backward(out_grad, node.inputs[0])
 
 
 def relu(a):
     return ReLU()(a)
 
 
+class ReLUBackward(TensorOp):
+    """out = g * [a > 0].  dg = out_grad * [a > 0]; da = 0 (the mask is piecewise constant)."""
+
+    def compute(self, g, a):
+        return g * array_api.greater(a, 0.0)
+
+    def gradient(self, out_grad, node):
+        g, a = node.inputs
+        return relu_backward(out_grad, a), _zeros_like(a)
+
+
+def relu_backward(out_grad, a):
+    return ReLUBackward()(out_grad, a)
+
+
 class Tanh(TensorOp):
-    """out = tanh(a).  da = g * (1 - out**2)."""
+    """out = tanh(a).  da = g * (1 - out**2) (tanh_backward)."""
 
     def compute(self, a):
         return array_api.tanh(a)
 
     def gradient(self, out_grad, node):
-        return out_grad * (1.0 - node * node)
+        return tanh_backward(out_grad, node)
 
 
 def tanh(a):
     return Tanh()(a)
 
 
+class TanhBackward(TensorOp):
+    """out = g * (1 - y**2) for y = tanh(a).  dg = out_grad * (1 - y**2); dy = -2 * out_grad * g * y."""
+
+    def compute(self, g, y):
+        return g * (1.0 - y * y)
+
+    def gradient(self, out_grad, node):
+        g, y = node.inputs
+        return tanh_backward(out_grad, y), out_grad * g * y * -2.0
+
+
+def tanh_backward(out_grad, y):
+    return TanhBackward()(out_grad, y)
+
+
 class Sigmoid(TensorOp):
-    """out = 1 / (1 + exp(-a)).  da = g * out * (1 - out).
+    """out = 1 / (1 + exp(-a)).  da = g * out * (1 - out) (sigmoid_backward).
 
     Computed as (tanh(a/2) + 1) / 2, which never overflows (exp(-a) does for a << 0).
     """
@@ -275,11 +343,26 @@ class Sigmoid(TensorOp):
         return (array_api.tanh(a * 0.5) + 1.0) * 0.5
 
     def gradient(self, out_grad, node):
-        return out_grad * node * (1.0 - node)
+        return sigmoid_backward(out_grad, node)
 
 
 def sigmoid(a):
     return Sigmoid()(a)
+
+
+class SigmoidBackward(TensorOp):
+    """out = g * y * (1 - y) for y = sigmoid(a).  dg = out_grad * y * (1 - y); dy = out_grad * g * (1 - 2y)."""
+
+    def compute(self, g, y):
+        return g * y * (1.0 - y)
+
+    def gradient(self, out_grad, node):
+        g, y = node.inputs
+        return sigmoid_backward(out_grad, y), out_grad * g * (1.0 - 2.0 * y)
+
+
+def sigmoid_backward(out_grad, y):
+    return SigmoidBackward()(out_grad, y)
 
 
 # ---------------------------------------------------------------- shapes

@@ -12,12 +12,15 @@ keeps its history), then walks the graph from the outputs:
 
 ``nn.Embedding`` reads its indices on the host, outside the graph; while
 tracing, its forward is replaced by an op that takes the indices as an input,
-so the graph works for any tokens. Trace a module in ``eval()`` mode:
+so the graph works for any tokens. While tracing, ``autograd.TRACING`` is set, and
+modules with fused kernels (``nn.LSTMCell``) build the generic ops this graph's
+passes and the ONNX exporter know. Trace a module in ``eval()`` mode:
 dropout masks and batch statistics of the example batch would otherwise be
 frozen into the graph.
 """
 import numpy
 
+from ... import autograd
 from ...autograd import Tensor, TensorTuple, find_topo_sort
 from ...nn import Embedding, Module, Parameter
 from ..ir.graph import Graph, Node
@@ -72,9 +75,11 @@ def trace(module_or_fn, *example_inputs):
         # an instance attribute shadows the class's forward; Module.__call__ calls self.forward
         m.forward = (lambda mod: lambda x: embedding(mod.weight, x if isinstance(x, Tensor)
                                                      else Tensor(numpy.asarray(x, dtype="float32"), requires_grad=False)))(m)
+    tracing, autograd.TRACING = autograd.TRACING, True
     try:
         result = module_or_fn(*inputs)
     finally:
+        autograd.TRACING = tracing
         for m in patched:
             del m.__dict__["forward"]
     flat = []
