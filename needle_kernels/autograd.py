@@ -142,16 +142,38 @@ class Value:
 
     @classmethod
     def make_from_op(cls, op, inputs):
+        # _init, realize_cached_data and _store, written out: every op of every
+        # forward and backward pass comes through here
+        global TENSOR_COUNTER
         value = cls.__new__(cls)
-        value._init(op, inputs)
-        if not LAZY_MODE:
-            value._store(op.compute(*[x.realize_cached_data() for x in value.inputs]))
-            if not value.requires_grad:
-                # Nothing will differentiate through it: forget the inputs so the
-                # graph above it can be freed (this is what detach() would do,
-                # without making a second node).
-                value.op = None
-                value.inputs = []
+        TENSOR_COUNTER += 1
+        inputs = list(inputs)
+        requires_grad = False
+        for x in inputs:
+            if x.requires_grad:
+                requires_grad = True
+                break
+        value.num_outputs = 1
+        value.requires_grad = requires_grad
+        if LAZY_MODE:
+            value.op, value.inputs, value.cached_data = op, inputs, None
+            return value
+        arrays = []
+        for x in inputs:
+            data = x.cached_data
+            arrays.append(data if data is not None else x.realize_cached_data())
+        result = op.compute(*arrays)
+        if type(result) is SavedForBackward:
+            if requires_grad:
+                value.saved = result.saved
+            result = result.output
+        value.cached_data = result
+        if requires_grad:
+            value.op, value.inputs = op, inputs
+        else:
+            # Nothing will differentiate through it: no inputs, so the graph above
+            # it can be freed (what detach() would do, without a second node).
+            value.op, value.inputs = None, []
         return value
 
     @classmethod

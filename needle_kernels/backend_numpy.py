@@ -174,6 +174,30 @@ def equal(a, b):
     return numpy.equal(a, b).astype(a.dtype)
 
 
+def _same_shape(name, g, x):
+    if numpy.shape(g) != numpy.shape(x):
+        raise ValueError(f"{name}: x must have the shape of g {numpy.shape(g)}, got {numpy.shape(x)}")
+
+
+def relu_backward(g, x):
+    """g * (x > 0): relu's adjoint for out_grad g at its input x (the NDArray kernels' formula)."""
+    _same_shape("relu_backward", g, x)
+    return g * (x > 0).astype(g.dtype)
+
+
+def tanh_backward(g, y):
+    """g * ((1 - y) * (1 + y)): tanh's adjoint for out_grad g at its output y."""
+    _same_shape("tanh_backward", g, y)
+    one = g.dtype.type(1)
+    return g * ((one - y) * (one + y))
+
+
+def sigmoid_backward(g, y):
+    """g * y * (1 - y): sigmoid's adjoint for out_grad g at its output y."""
+    _same_shape("sigmoid_backward", g, y)
+    return g * y * (g.dtype.type(1) - y)
+
+
 def col2im(cols, image_shape, stride):
     """The adjoint of the (N, Ho, Wo, K, K, C) window view of an NHWC image of ``image_shape``:
     out[n, i*s + ki, j*s + kj, c] += cols[n, i, j, ki, kj, c], one strided add per (ki, kj)."""

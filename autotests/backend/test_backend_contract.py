@@ -27,8 +27,10 @@ TABLE = [
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "sgd_update", "col2im", "softmax_xent", "softmax_xent_grad",
     "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
+    "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
 ]
-EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
+EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
+         "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward"]
 SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq", "scalar_ge"]
 UNARY = ["ewise_log", "ewise_exp", "ewise_tanh"]
 

@@ -260,7 +260,8 @@ rng = np.random.default_rng(0)
 
 # ---------------------------------------------------------------- element-wise
 
-EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge"]
+EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
+         "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward"]
 SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge"]
 UNARY = ["ewise_log", "ewise_exp", "ewise_tanh"]
 

@@ -11,7 +11,7 @@ from needle_kernels.backend_ndarray import device as device_module
 from needle_kernels.backend_ndarray import ndarray_backend_numpy
 
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
-         "lstm_cell", "lstm_cell_backward")
+         "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward")
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +53,14 @@ def _lstm_step(device):
 def test_lstm_runs_the_same_without_fused_kernels(plain):
     for got, want in zip(_lstm_step(plain), _lstm_step(ndl.cpu_numpy())):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _activation_grads(device):
+    x = ndl.Tensor(np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6), device=device)
+    (ndl.relu(x) * 2.0 + ndl.tanh(x) * 3.0 + ndl.sigmoid(x) * 5.0).sum().backward()
+    return x.grad.numpy()
+
+
+def test_activation_adjoints_the_same_without_their_kernels(plain):
+    assert not hasattr(plain, "ewise_tanh_backward")
+    np.testing.assert_allclose(_activation_grads(plain), _activation_grads(ndl.cpu_numpy()), rtol=1e-6, atol=1e-6)

@@ -69,8 +69,11 @@ from .ndarray_fused import (
     col2im,
     lstm_cell,
     lstm_cell_backward,
+    relu_backward,
     sgd_update,
+    sigmoid_backward,
     softmax_cross_entropy,
     softmax_cross_entropy_grad,
+    tanh_backward,
 )
 from ..shapes import broadcast_shapes

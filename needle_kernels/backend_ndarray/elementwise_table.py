@@ -18,6 +18,10 @@ EWISE = (
     ("ewise_maximum", "NK_MAX", "out = maximum(a, b) element-wise (NaN in either gives NaN, as numpy)."),
     ("ewise_eq", "NK_EQ", "out = 1.0 where a == b else 0.0."),
     ("ewise_ge", "NK_GE", "out = 1.0 where a >= b else 0.0."),
+    # the adjoints of the activations, for out_grad a: one pass instead of two to four kernels
+    ("ewise_relu_backward", "NK_RELU_BACKWARD", "out = a * (b > 0): relu's adjoint at its input b."),
+    ("ewise_tanh_backward", "NK_TANH_BACKWARD", "out = a * ((1 - b) * (1 + b)): tanh's adjoint at its output b."),
+    ("ewise_sigmoid_backward", "NK_SIGMOID_BACKWARD", "out = a * b * (1 - b): sigmoid's adjoint at its output b."),
 )
 SCALAR = (
     ("scalar_add", "NK_ADD", "out = a + val."),

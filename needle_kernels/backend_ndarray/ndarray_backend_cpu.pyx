@@ -60,6 +60,9 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
         NK_GE
         NK_POW
         NK_SQUARE
+        NK_RELU_BACKWARD
+        NK_TANH_BACKWARD
+        NK_SIGMOID_BACKWARD
         NK_LOG
         NK_EXP
         NK_TANH

@@ -32,6 +32,21 @@ def ewise_ge(a, b, out):
     _ewise("ewise_ge", NK_GE, a, b, out)
 
 
+def ewise_relu_backward(a, b, out):
+    """out = a * (b > 0): relu's adjoint at its input b."""
+    _ewise("ewise_relu_backward", NK_RELU_BACKWARD, a, b, out)
+
+
+def ewise_tanh_backward(a, b, out):
+    """out = a * ((1 - b) * (1 + b)): tanh's adjoint at its output b."""
+    _ewise("ewise_tanh_backward", NK_TANH_BACKWARD, a, b, out)
+
+
+def ewise_sigmoid_backward(a, b, out):
+    """out = a * b * (1 - b): sigmoid's adjoint at its output b."""
+    _ewise("ewise_sigmoid_backward", NK_SIGMOID_BACKWARD, a, b, out)
+
+
 def scalar_add(a, val, out):
     """out = a + val."""
     _scalar("scalar_add", NK_ADD, a, val, out)

@@ -42,7 +42,8 @@ static inline float nk_maxf(float a, float b) { return ((a > b) | (a != a)) ? a 
 
 /* ------------------------------------------------------------ element-wise */
 
-enum { NK_ADD, NK_MUL, NK_DIV, NK_MAX, NK_EQ, NK_GE, NK_POW, NK_SQUARE };
+enum { NK_ADD, NK_MUL, NK_DIV, NK_MAX, NK_EQ, NK_GE, NK_POW, NK_SQUARE,
+       NK_RELU_BACKWARD, NK_TANH_BACKWARD, NK_SIGMOID_BACKWARD };
 enum { NK_LOG, NK_EXP, NK_TANH };
 
 NK_CLONES static void nk_binary(int op, const float *a, const float *b, float *out, ptrdiff_t n)
@@ -55,6 +56,11 @@ NK_CLONES static void nk_binary(int op, const float *a, const float *b, float *o
     case NK_MAX: for (i = 0; i < n; i++) out[i] = nk_maxf(a[i], b[i]); break;
     case NK_EQ:  for (i = 0; i < n; i++) out[i] = a[i] == b[i] ? 1.0f : 0.0f; break;
     case NK_GE:  for (i = 0; i < n; i++) out[i] = a[i] >= b[i] ? 1.0f : 0.0f; break;
+    /* the activations' adjoints; (1 - b)(1 + b) rather than 1 - b*b, which an FMA would
+     * round differently from numpy (and which cancels badly for b near 1) */
+    case NK_RELU_BACKWARD: for (i = 0; i < n; i++) out[i] = a[i] * (b[i] > 0.0f ? 1.0f : 0.0f); break;
+    case NK_TANH_BACKWARD: for (i = 0; i < n; i++) out[i] = a[i] * ((1.0f - b[i]) * (1.0f + b[i])); break;
+    case NK_SIGMOID_BACKWARD: for (i = 0; i < n; i++) out[i] = a[i] * b[i] * (1.0f - b[i]); break;
     }
 }
 

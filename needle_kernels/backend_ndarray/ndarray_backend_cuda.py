@@ -211,6 +211,7 @@ def source_files():
 KERNELS = {
     "elementwise.cu": (
         "fill", "ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
+        "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
         "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq",
         "scalar_ge", "ewise_log", "ewise_exp", "ewise_tanh",
     ),
@@ -431,6 +432,9 @@ ewise_div = _ewise("ewise_div")
 ewise_maximum = _ewise("ewise_maximum")
 ewise_eq = _ewise("ewise_eq")
 ewise_ge = _ewise("ewise_ge")
+ewise_relu_backward = _ewise("ewise_relu_backward")
+ewise_tanh_backward = _ewise("ewise_tanh_backward")
+ewise_sigmoid_backward = _ewise("ewise_sigmoid_backward")
 
 scalar_add = _scalar("scalar_add")
 scalar_mul = _scalar("scalar_mul")

@@ -158,6 +158,11 @@ ewise_div = _ewise("ewise_div", np.divide)
 ewise_maximum = _ewise("ewise_maximum", np.maximum)
 ewise_eq = _ewise("ewise_eq", lambda x, y: (x == y).astype(np.float32))
 ewise_ge = _ewise("ewise_ge", lambda x, y: (x >= y).astype(np.float32))
+# The activations' adjoints (out_grad x): relu's at its input y, tanh's and sigmoid's at their
+# output y. (1 - y)(1 + y) is 1 - y**2 without the cancellation near |y| = 1.
+ewise_relu_backward = _ewise("ewise_relu_backward", lambda x, y: x * (y > 0).astype(np.float32))
+ewise_tanh_backward = _ewise("ewise_tanh_backward", lambda x, y: x * ((np.float32(1) - y) * (np.float32(1) + y)))
+ewise_sigmoid_backward = _ewise("ewise_sigmoid_backward", lambda x, y: x * y * (np.float32(1) - y))
 
 scalar_add = _scalar("scalar_add", np.add)
 scalar_mul = _scalar("scalar_mul", np.multiply)

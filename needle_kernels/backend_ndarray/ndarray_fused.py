@@ -1,5 +1,5 @@
 """Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy,
-batch norm and the LSTM cell.
+batch norm, the LSTM cell and the activations' adjoints.
 
 Each is one pass of one kernel over whole arrays, where the same formula
 written with array operations would take a dozen kernels and temporaries.
@@ -219,3 +219,29 @@ def lstm_cell_backward(z, c0, dh, dc):
     dev.lstm_cell_backward(z._handle, c0.compact()._handle, dh.compact()._handle, dc.compact()._handle,
                            dz._handle, dc0._handle, *shape)
     return dz, dc0
+
+
+def _activation_adjoint(name, g, x, generic):
+    """out = g * f'(x) for an activation's adjoint kernel ``ewise_<name>`` (g and x of one shape)."""
+    _same_layout(name, g, x=x)
+    dev = g._device
+    if not _has_kernel(dev, "ewise_" + name):
+        return generic()
+    out = NDArray._new(g._shape, dev)
+    getattr(dev, "ewise_" + name)(g.compact()._handle, x.compact()._handle, out._handle)
+    return out
+
+
+def relu_backward(g, x):
+    """g * (x > 0): relu's adjoint for out_grad g at its input x, in one kernel."""
+    return _activation_adjoint("relu_backward", g, x, lambda: g * (x > 0.0))
+
+
+def tanh_backward(g, y):
+    """g * (1 - y) * (1 + y): tanh's adjoint for out_grad g at its output y, in one kernel."""
+    return _activation_adjoint("tanh_backward", g, y, lambda: g * ((1.0 - y) * (y + 1.0)))
+
+
+def sigmoid_backward(g, y):
+    """g * y * (1 - y): sigmoid's adjoint for out_grad g at its output y, in one kernel."""
+    return _activation_adjoint("sigmoid_backward", g, y, lambda: g * y * (1.0 - y))

@@ -272,8 +272,9 @@ def exp(a):
 
 
 # The adjoints of relu, tanh and sigmoid are each one op of their own (as PyTorch's
-# threshold_backward, tanh_backward and sigmoid_backward are): one graph node per
-# backward step instead of two to four, and still differentiable, for second order.
+# threshold_backward, tanh_backward and sigmoid_backward are): one graph node and one
+# kernel (array_api.relu_backward, ...) per backward step instead of two to four of each,
+# and still differentiable, for second order.
 
 class ReLU(TensorOp):
     """out = max(a, 0).  da = g * [a > 0] (relu_backward)."""
@@ -293,7 +294,7 @@ class ReLUBackward(TensorOp):
     """out = g * [a > 0].  dg = out_grad * [a > 0]; da = 0 (the mask is piecewise constant)."""
 
     def compute(self, g, a):
-        return g * array_api.greater(a, 0.0)
+        return array_api.relu_backward(g, a)
 
     def gradient(self, out_grad, node):
         g, a = node.inputs
@@ -322,7 +323,7 @@ class TanhBackward(TensorOp):
     """out = g * (1 - y**2) for y = tanh(a).  dg = out_grad * (1 - y**2); dy = -2 * out_grad * g * y."""
 
     def compute(self, g, y):
-        return g * (1.0 - y * y)
+        return array_api.tanh_backward(g, y)
 
     def gradient(self, out_grad, node):
         g, y = node.inputs
@@ -354,7 +355,7 @@ class SigmoidBackward(TensorOp):
     """out = g * y * (1 - y) for y = sigmoid(a).  dg = out_grad * y * (1 - y); dy = out_grad * g * (1 - 2y)."""
 
     def compute(self, g, y):
-        return g * y * (1.0 - y)
+        return array_api.sigmoid_backward(g, y)
 
     def gradient(self, out_grad, node):
         g, y = node.inputs

@@ -50,6 +50,20 @@ extern "C" __global__ void ewise_ge(const float* a, const float* b, float* out, 
     map_binary(a, b, out, n, [](float x, float y) { return x >= y ? 1.0f : 0.0f; });
 }
 
+// The activations' adjoints for out_grad a (the formulas of the numpy reference, which
+// no fused multiply-add can round differently).
+extern "C" __global__ void ewise_relu_backward(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x * (y > 0.0f ? 1.0f : 0.0f); });
+}
+
+extern "C" __global__ void ewise_tanh_backward(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x * ((1.0f - y) * (1.0f + y)); });
+}
+
+extern "C" __global__ void ewise_sigmoid_backward(const float* a, const float* b, float* out, index_t n) {
+    map_binary(a, b, out, n, [](float x, float y) { return x * y * (1.0f - y); });
+}
+
 // ------------------------------------------------------------ array, scalar
 
 extern "C" __global__ void scalar_add(const float* a, float v, float* out, index_t n) {
