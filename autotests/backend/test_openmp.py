@@ -108,20 +108,35 @@ def test_thread_count_does_not_change_results(cpu):
         np.testing.assert_array_equal(got[1], results[0][1])
 
 
-@pytest.mark.parametrize("m, n, p", [(5, 7, 3), (37, 300, 45), (260, 257, 130), (64, 1000, 64)])
-def test_every_gemm_kernel(cpu, m, n, p):
+@pytest.mark.parametrize("m, n, p", [(5, 7, 3), (37, 300, 45), (260, 257, 130), (64, 1000, 64), (147, 300, 16),
+                                     (3, 40, 33), (1, 600, 1), (16, 400, 100)])
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "packed"])
+def test_every_gemm_kernel(cpu, m, n, p, direct):
+    """Each instruction set's packed and direct (no packing) kernels, on 1 and 2 threads, with
+    rows and columns that leave partial tiles."""
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
     want = a @ b
     assert cpu.available_isas()[-1] == "generic"
-    for name in cpu.available_isas():
-        cpu.set_isa(name)
-        assert cpu.isa()["name"] == name
-        for threads in (1, 2):
-            cpu.set_num_threads(threads)
-            out = cpu.Array(m * p)
-            cpu.matmul(put(cpu, a), put(cpu, b), out, m, n, p)
-            np.testing.assert_allclose(get(cpu, out).reshape(m, p), want, rtol=1e-4, atol=1e-4 * n**0.5)
+    old = cpu.set_gemm_direct_limit(1 << 40 if direct else 0)
+    try:
+        for name in cpu.available_isas():
+            cpu.set_isa(name)
+            assert cpu.isa()["name"] == name
+            for threads in (1, 2):
+                cpu.set_num_threads(threads)
+                out = cpu.Array(m * p)
+                cpu.fill(out, np.nan)  # every element must be written
+                cpu.matmul(put(cpu, a), put(cpu, b), out, m, n, p)
+                np.testing.assert_allclose(get(cpu, out).reshape(m, p), want, rtol=1e-4, atol=1e-4 * n**0.5,
+                                           err_msg=f"{name}, {threads} threads")
+    finally:
+        cpu.set_gemm_direct_limit(old)
+
+
+def test_gemm_direct_limit_is_checked(cpu):
+    with pytest.raises(ValueError, match="floats must be >= 0"):
+        cpu.set_gemm_direct_limit(-1)
 
 
 @pytest.mark.parametrize("fn", ["ewise_exp", "ewise_log", "ewise_tanh", "reduce_max"])

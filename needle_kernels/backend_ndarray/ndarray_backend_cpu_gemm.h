@@ -27,10 +27,15 @@
 typedef void (*nk_macro_fn)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc, const float *Ap,
                             const float *Bp, float *C, ptrdiff_t ldc, int add);
 
+typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, const float *B, float *C,
+                             float *work);
+
 typedef struct {
     const char *name;
     int mr, nr, kc, mc, nc;
     nk_macro_fn macro;
+    int dmr, dnr;       /* the direct kernel's tile */
+    nk_direct_fn direct;
 } nk_gemm_kernel;
 
 #ifndef NK_CAT
@@ -97,23 +102,89 @@ typedef struct {
         }                                                                                       \
     }
 
+/* The direct kernel, for products too small to repay packing (see NK_GEMM_DIRECT in the
+ * .pyx): C (m x p) = A (m x n) @ B (n x p), all row-major, read in place. A DMR x NR tile
+ * of C stays in registers while k runs over the whole of n, its NR columns of B loaded
+ * straight from B's rows and its DMR entries of A broadcast from A's rows. The tile is
+ * short (DMR = 4 rows), so a batch of 16 or a width of 100 wastes little of it; with the
+ * operands in L1/L2 the kernel is bound by its FMAs, not by the broadcasts. Only the last,
+ * partial strip of columns and the last, partial block of rows are copied (zero-padded)
+ * into ``work``, which holds n * (NR + DMR) floats. */
+#define NK_DEFINE_GEMM_DIRECT(NAME, ATTR, W, DMR, NV)                                            \
+    typedef float NK_CAT(nk_dvec_, NAME) __attribute__((vector_size(4 * (W))));               \
+    ATTR static inline void NK_CAT(nk_dmicro_, NAME)(ptrdiff_t n, const float *restrict A,     \
+                                                     ptrdiff_t lda, const float *restrict B,    \
+                                                     ptrdiff_t ldb, float *restrict C,          \
+                                                     ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr) \
+    {                                                                                           \
+        typedef NK_CAT(nk_dvec_, NAME) vec;                                                     \
+        vec acc[DMR][NV];                                                                       \
+        _Pragma("GCC unroll 8") for (int i = 0; i < (DMR); i++)                                 \
+            _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] = (vec){0};        \
+        for (ptrdiff_t k = 0; k < n; k++) {                                                     \
+            vec b[NV];                                                                          \
+            _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                              \
+                memcpy(&b[j], B + k * ldb + j * (W), sizeof(vec));                              \
+            _Pragma("GCC unroll 8") for (int i = 0; i < (DMR); i++) {                           \
+                const float a = A[i * lda + k];                                                 \
+                _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] += a * b[j];   \
+            }                                                                                   \
+        }                                                                                       \
+        float tile[(DMR) * (NV) * (W)];                                                         \
+        memcpy(tile, acc, sizeof(tile));                                                        \
+        for (ptrdiff_t i = 0; i < mr; i++)                                                      \
+            memcpy(C + i * ldc, tile + i * (NV) * (W), (size_t)nr * sizeof(float));             \
+    }                                                                                           \
+    ATTR static void NK_CAT(nk_direct_, NAME)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p,           \
+                                              const float *A, const float *B, float *C,         \
+                                              float *work)                                      \
+    {                                                                                           \
+        const ptrdiff_t NR = (NV) * (W);                                                        \
+        float *Bw = work, *Aw = work + n * NR;                                                  \
+        ptrdiff_t mfull = m / (DMR) * (DMR), mr = m - mfull;                                    \
+        ptrdiff_t pfull = p / NR * NR, nr = p - pfull;                                          \
+        if (nr) { /* the last columns, zero-padded to a whole strip */                          \
+            for (ptrdiff_t k = 0; k < n; k++) {                                                 \
+                memcpy(Bw + k * NR, B + k * p + pfull, (size_t)nr * sizeof(float));              \
+                memset(Bw + k * NR + nr, 0, (size_t)(NR - nr) * sizeof(float));                  \
+            }                                                                                   \
+        }                                                                                       \
+        if (mr) { /* the last rows, zero-padded to a whole block */                             \
+            memset(Aw, 0, (size_t)((DMR) * n) * sizeof(float));                                 \
+            memcpy(Aw, A + mfull * n, (size_t)(mr * n) * sizeof(float));                        \
+        }                                                                                       \
+        /* rows outside, strips inside: each block of A is read from memory once and reused   \
+         * from L1 across the strips, while B (small, by the caller's choice) stays in L2 */   \
+        for (ptrdiff_t ir = 0; ir < m; ir += (DMR)) {                                           \
+            const float *Ar = ir < mfull ? A + ir * n : Aw;                                     \
+            ptrdiff_t rows = ir < mfull ? (DMR) : mr;                                           \
+            for (ptrdiff_t jr = 0; jr < pfull; jr += NR)                                        \
+                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, B + jr, p, C + ir * p + jr, p, rows, NR);    \
+            if (nr)                                                                             \
+                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, Bw, NR, C + ir * p + pfull, p, rows, nr);    \
+        }                                                                                       \
+    }
+
 /* Baseline: 4-wide vectors, 6 x 8 tile = 12 accumulators + 2 + 1 <= 16 xmm. */
 NK_DEFINE_GEMM(generic, , 4, 6, 2)
+NK_DEFINE_GEMM_DIRECT(generic, , 4, 4, 2)
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define NK_GEMM_X86 1
 /* AVX2+FMA: 8-wide, 6 x 16 tile = 12 accumulators + 2 + 1 <= 16 ymm. */
 NK_DEFINE_GEMM(avx2, __attribute__((target("avx2,fma"))), 8, 6, 2)
+NK_DEFINE_GEMM_DIRECT(avx2, __attribute__((target("avx2,fma"))), 8, 4, 2)
 /* AVX-512: 16-wide, 12 x 32 tile = 24 accumulators + 2 + 1 <= 32 zmm. */
 NK_DEFINE_GEMM(avx512, __attribute__((target("avx512f,avx2,fma"))), 16, 12, 2)
+NK_DEFINE_GEMM_DIRECT(avx512, __attribute__((target("avx512f,avx2,fma"))), 16, 4, 2)
 #endif
 
 static const nk_gemm_kernel nk_gemm_kernels[] = {
 #ifdef NK_GEMM_X86
-    {"avx512", 12, 32, 256, 192, 4096, nk_macro_avx512},
-    {"avx2", 6, 16, 256, 192, 4096, nk_macro_avx2},
+    {"avx512", 12, 32, 256, 192, 4096, nk_macro_avx512, 4, 32, nk_direct_avx512},
+    {"avx2", 6, 16, 256, 192, 4096, nk_macro_avx2, 4, 16, nk_direct_avx2},
 #endif
-    {"generic", 6, 8, 256, 192, 4096, nk_macro_generic},
+    {"generic", 6, 8, 256, 192, 4096, nk_macro_generic, 4, 8, nk_direct_generic},
 };
 static const int nk_gemm_nkernels = sizeof(nk_gemm_kernels) / sizeof(nk_gemm_kernels[0]);
 
