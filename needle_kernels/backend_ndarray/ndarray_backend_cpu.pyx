@@ -87,6 +87,13 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
     void nk_sgd(const float *p, const float *g, float *u, float *out, Py_ssize_t n, float lr, float mom,
                 float ommom, float wd, int has_wd)
     void *nk_buffer_alloc(size_t nbytes)
+    void nk_bn_col_sums(const float *x, Py_ssize_t rows, Py_ssize_t n, const double *center, double *acc)
+    void nk_bn_grad_sums(const float *x, const float *dy, Py_ssize_t rows, Py_ssize_t n, const double *mean,
+                         const double *invstd, double *db, double *dw)
+    void nk_bn_apply_rows(const float *x, const float *scale, const float *shift, float *out, Py_ssize_t rows,
+                          Py_ssize_t n)
+    void nk_bn_dx_rows(const float *x, const float *dy, const float *k, const float *gm, const float *mean,
+                       const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
 
@@ -1316,30 +1323,15 @@ def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
 cdef inline void _col_sums(const float *x, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t cols, const double *center,
                            double *acc) noexcept nogil:
     """acc[c] += sum of x[r, c] over rows r0..r1 (or of (x - center)**2 when center is not NULL)."""
-    cdef Py_ssize_t r, c
-    cdef const float *row
-    cdef double d
-    for r in range(r0, r1):
-        row = x + r * cols
-        if center == NULL:
-            for c in range(cols):
-                acc[c] += row[c]
-        else:
-            for c in range(cols):
-                d = row[c] - center[c]
-                acc[c] += d * d
+    if r1 > r0:
+        nk_bn_col_sums(x + r0 * cols, r1 - r0, cols, center, acc)
 
 
 cdef inline void _grad_sums(const float *x, const float *dy, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t cols,
                             const double *mean, const double *s, double *acc) noexcept nogil:
     """acc[c] += dy, acc[cols + c] += dy * xhat over rows r0..r1."""
-    cdef Py_ssize_t r, c
-    cdef double g
-    for r in range(r0, r1):
-        for c in range(cols):
-            g = dy[r * cols + c]
-            acc[c] += g
-            acc[cols + c] += g * (x[r * cols + c] - mean[c]) * s[c]
+    if r1 > r0:
+        nk_bn_grad_sums(x + r0 * cols, dy + r0 * cols, r1 - r0, cols, mean, s, acc, acc + cols)
 
 
 cdef class _ColumnScratch:
@@ -1381,8 +1373,9 @@ def batchnorm_stats(x, mean, var, rows, cols):
     cdef Array M = _arr("batchnorm_stats", "mean", mean)
     cdef Array V = _arr("batchnorm_stats", "var", var)
     rows, cols = _check_dims("batchnorm_stats", (("rows", rows), ("cols", cols)))
-    check_batchnorm("batchnorm_stats", rows, cols, dict(x=X), dict(mean=M, var=V))
     cdef Py_ssize_t cr = rows, cc = cols, c, step, t
+    if not (cr >= 1 and cc >= 1 and X.size == cr * cc and M.size == cc and V.size == cc):
+        check_batchnorm("batchnorm_stats", rows, cols, dict(x=X), dict(mean=M, var=V))
     cdef int nt = _threads_for(cr * cc * 2)
     cdef _ColumnScratch sc = _ColumnScratch(nt, cc, 2)
     cdef double *m = sc.vec
@@ -1411,15 +1404,18 @@ def batchnorm_apply(x, scale, shift, out, rows, cols):
     cdef Array B = _arr("batchnorm_apply", "shift", shift)
     cdef Array O = _arr("batchnorm_apply", "out", out)
     rows, cols = _check_dims("batchnorm_apply", (("rows", rows), ("cols", cols)))
-    check_batchnorm("batchnorm_apply", rows, cols, dict(x=X, out=O), dict(scale=S, shift=B))
-    cdef Py_ssize_t cr = rows, cc = cols, r, c
+    cdef Py_ssize_t cr = rows, cc = cols, t, step
+    if not (cr >= 1 and cc >= 1 and X.size == cr * cc and O.size == cr * cc and S.size == cc and B.size == cc):
+        check_batchnorm("batchnorm_apply", rows, cols, dict(x=X, out=O), dict(scale=S, shift=B))
     cdef int nt = _threads_for(cr * cc)
+    step = _chunk(cr, nt)
     nk_reset_threads()
     with nogil:
-        for r in prange(cr, num_threads=nt, schedule="static"):
+        for t in prange(nt, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            for c in range(cc):
-                O.data[r * cc + c] = X.data[r * cc + c] * S.data[c] + B.data[c]
+            if t * step < cr:
+                nk_bn_apply_rows(X.data + t * step * cc, S.data, B.data, O.data + t * step * cc,
+                                 min(step, cr - t * step), cc)
 
 
 def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):
@@ -1434,16 +1430,25 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     cdef Array DW = _arr("batchnorm_backward", "dweight", dweight)
     cdef Array DB = _arr("batchnorm_backward", "dbias", dbias)
     rows, cols = _check_dims("batchnorm_backward", (("rows", rows), ("cols", cols)))
-    check_batchnorm("batchnorm_backward", rows, cols, dict(x=X, dy=G, dx=DX),
-                    dict(mean=M, invstd=S, weight=W, dweight=DW, dbias=DB))
     cdef Py_ssize_t cr = rows, cc = cols, c, r, step, t
+    if not (cr >= 1 and cc >= 1 and X.size == cr * cc and G.size == cr * cc and DX.size == cr * cc
+            and M.size == cc and S.size == cc and W.size == cc and DW.size == cc and DB.size == cc):
+        check_batchnorm("batchnorm_backward", rows, cols, dict(x=X, dy=G, dx=DX),
+                        dict(mean=M, invstd=S, weight=W, dweight=DW, dbias=DB))
     cdef int stats = bool(batch_stats)
     cdef int nt = _threads_for(cr * cc * 3)
-    cdef _ColumnScratch sc = _ColumnScratch(nt, 2 * cc, 3)
+    cdef _ColumnScratch sc = _ColumnScratch(nt, 2 * cc, 5)
     cdef double *m = sc.vec             # mean, invstd, then (db, dw) side by side
     cdef double *s = sc.vec + 2 * cc
     cdef double *sums = sc.vec + 4 * cc
-    cdef double k, xh
+    # dx = k * ((dy - gm) - (x - mean) * xd) per column, with k, gm = db / rows and
+    # xd = invstd * dw / rows worked out in float64 once per column: the pass over the elements
+    # is float32 arithmetic that vectorises, and its differences cancel exactly where the
+    # float64 formula gives 0 (a single row)
+    cdef float *kg = <float *>(sc.vec + 6 * cc)
+    cdef float *xd = kg + cc
+    cdef float *gm = kg + 2 * cc
+    cdef float *mf = kg + 3 * cc
     for c in range(cc):
         m[c] = M.data[c]
         s[c] = S.data[c]
@@ -1457,14 +1462,14 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
         for c in range(cc):
             DB.data[c] = <float>sums[c]
             DW.data[c] = <float>sums[cc + c]
-        for r in prange(cr, num_threads=nt, schedule="static"):
-            for c in range(cc):
-                k = W.data[c] * s[c]
-                if stats:
-                    xh = (X.data[r * cc + c] - m[c]) * s[c]
-                    DX.data[r * cc + c] = <float>(k * (G.data[r * cc + c] - sums[c] / cr - xh * (sums[cc + c] / cr)))
-                else:
-                    DX.data[r * cc + c] = <float>(k * G.data[r * cc + c])
+            kg[c] = <float>(W.data[c] * s[c])
+            mf[c] = M.data[c]
+            xd[c] = <float>(s[c] * sums[cc + c] / cr) if stats else 0.0
+            gm[c] = <float>(sums[c] / cr) if stats else 0.0
+        for t in prange(nt, num_threads=nt, schedule="static"):
+            if t * step < cr:
+                nk_bn_dx_rows(X.data + t * step * cc, G.data + t * step * cc, kg, gm, mf, xd,
+                              DX.data + t * step * cc, min(step, cr - t * step), cc)
 
 
 # ---------------------------------------------------------------- LSTM cell
@@ -1478,8 +1483,9 @@ def lstm_cell(z, c0, h, c, rows, hidden):
     cdef Array Hh = _arr("lstm_cell", "h", h)
     cdef Array C = _arr("lstm_cell", "c", c)
     rows, hidden = _check_dims("lstm_cell", (("rows", rows), ("hidden", hidden)))
-    check_lstm("lstm_cell", rows, hidden, dict(z=Z), dict(c0=C0, h=Hh, c=C))
     cdef Py_ssize_t R = rows, H = hidden, r
+    if not (R >= 0 and H >= 1 and Z.size == R * 4 * H and C0.size == R * H and Hh.size == R * H and C.size == R * H):
+        check_lstm("lstm_cell", rows, hidden, dict(z=Z), dict(c0=C0, h=Hh, c=C))
     cdef int nt = _threads_for(R * H * 8)  # several transcendental functions per element
     nk_reset_threads()
     with nogil:
@@ -1497,8 +1503,10 @@ def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
     cdef Array DZ = _arr("lstm_cell_backward", "dz", dz)
     cdef Array DC0 = _arr("lstm_cell_backward", "dc0", dc0)
     rows, hidden = _check_dims("lstm_cell_backward", (("rows", rows), ("hidden", hidden)))
-    check_lstm("lstm_cell_backward", rows, hidden, dict(z=Z, dz=DZ), dict(c0=C0, dh=DH, dc=DC, dc0=DC0))
     cdef Py_ssize_t R = rows, H = hidden, r
+    if not (R >= 0 and H >= 1 and Z.size == R * 4 * H and DZ.size == R * 4 * H and C0.size == R * H
+            and DH.size == R * H and DC.size == R * H and DC0.size == R * H):
+        check_lstm("lstm_cell_backward", rows, hidden, dict(z=Z, dz=DZ), dict(c0=C0, dh=DH, dc=DC, dc0=DC0))
     cdef int nt = _threads_for(R * H * 12)
     nk_reset_threads()
     with nogil:

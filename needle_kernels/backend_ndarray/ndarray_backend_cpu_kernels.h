@@ -128,6 +128,56 @@ NK_CLONES static void nk_sgd(const float *p, const float *g, float *u, float *ou
 /* Row y of image b of ndarray_backend_numpy.col2im: out_row (w, c) is
  * overwritten with the sum of the window entries that read it, gathered in
  * order of increasing (ki, kj) so the sums round as the reference's do. */
+/* Batch norm over a block of rows of n channels, one call per thread's block (a call per
+ * row cost more than its few vectors of work when n is 64). */
+NK_CLONES static void nk_bn_apply_rows(const float *restrict x, const float *restrict scale,
+                                       const float *restrict shift, float *restrict out, ptrdiff_t rows,
+                                       ptrdiff_t n)
+{
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t c = 0; c < n; c++) out[r * n + c] = x[r * n + c] * scale[c] + shift[c];
+}
+
+/* acc[c] += x[r, c] (or (x[r, c] - center[c])**2 when center is not NULL) over the rows,
+ * in float64. */
+NK_CLONES static void nk_bn_col_sums(const float *restrict x, ptrdiff_t rows, ptrdiff_t n,
+                                     const double *restrict center, double *restrict acc)
+{
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        if (center == NULL) {
+            for (ptrdiff_t c = 0; c < n; c++) acc[c] += x[r * n + c];
+        } else {
+            for (ptrdiff_t c = 0; c < n; c++) {
+                double d = x[r * n + c] - center[c];
+                acc[c] += d * d;
+            }
+        }
+    }
+}
+
+/* db[c] += dy[r, c] and dw[c] += dy[r, c] * (x[r, c] - mean[c]) * invstd[c] over the rows, in float64. */
+NK_CLONES static void nk_bn_grad_sums(const float *restrict x, const float *restrict dy, ptrdiff_t rows,
+                                      ptrdiff_t n, const double *restrict mean, const double *restrict invstd,
+                                      double *restrict db, double *restrict dw)
+{
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t c = 0; c < n; c++) {
+            double g = dy[r * n + c];
+            db[c] += g;
+            dw[c] += g * (x[r * n + c] - mean[c]) * invstd[c];
+        }
+}
+
+/* dx = k * ((dy - gm) - (x - mean) * xd), the per-channel k, gm, mean, xd precomputed. */
+NK_CLONES static void nk_bn_dx_rows(const float *restrict x, const float *restrict dy, const float *restrict k,
+                                    const float *restrict gm, const float *restrict mean,
+                                    const float *restrict xd, float *restrict dx, ptrdiff_t rows, ptrdiff_t n)
+{
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t c = 0; c < n; c++)
+            dx[r * n + c] = k[c] * ((dy[r * n + c] - gm[c]) - (x[r * n + c] - mean[c]) * xd[c]);
+}
+
 NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t b, ptrdiff_t y, ptrdiff_t w,
                                     ptrdiff_t c, ptrdiff_t k, ptrdiff_t s, ptrdiff_t ho, ptrdiff_t wo)
 {
