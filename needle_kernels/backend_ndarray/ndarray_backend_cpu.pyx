@@ -101,7 +101,7 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
                                  const float *Bp, float *C, Py_ssize_t ldc, int add) noexcept nogil
     ctypedef void (*nk_direct_fn)(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, const float *A, const float *B,
-                                  float *C, float *work) noexcept nogil
+                                  const float *Bp, float *C, float *work) noexcept nogil
     ctypedef struct nk_gemm_kernel:
         const char *name
         int mr, nr, kc, mc, nc
@@ -128,11 +128,16 @@ cdef enum:
     COPY_TILE = 32
     # Below this many multiply-adds the packing costs more than it saves.
     GEMM_SMALL = 4096
-    # A product whose B has at most this many floats (512 KB, half an L2) reads its operands
-    # in place instead of packing them: B stays in L2 while A streams past once. Measured
-    # here, it was 1.1-4x faster than packing on every such shape tried, from 16x400x100
-    # (an LSTM step) to 16384x576x64 (a 3x3 convolution's im2col product).
-    GEMM_DIRECT_B = 1 << 17
+    # The direct kernel (kern.direct) never packs A. A product whose B has at most this many
+    # floats (1 MB, an L2 here) reads B in place too: B stays in L2 while A streams past once.
+    # Measured here against the packed kernel it was 1.05-4x faster on such shapes, from
+    # 16x400x100 (an LSTM step) to 16384x576x64 (a 3x3 convolution's im2col product).
+    GEMM_DIRECT_B = 1 << 18
+    # A product at most this many columns wide with a bigger B packs only B, whole, into
+    # column strips (when A has GEMM_DIRECT_PACK_ROWS rows to repay that; fewer read B in
+    # place): a weight gradient X^T @ dY, 576 x 16384 @ 16384 x 64, ran 1.5x faster so.
+    GEMM_DIRECT_COLS = 512
+    GEMM_DIRECT_PACK_ROWS = 64
     # Most floats of B packed at once (256 MB).
     GEMM_PACK_MAX = 1 << 26
 
@@ -171,9 +176,9 @@ def num_threads_for(work):
 
 
 def set_gemm_direct_limit(floats):
-    """Products whose B has at most ``floats`` elements skip packing;
-    returns the previous limit. 0 sends every product through the packed kernel (for tests
-    and measurements of both paths)."""
+    """The most elements of B the direct kernel reads in place (default 2**18); returns the
+    previous limit. 0 sends every product through the packed kernel (for tests and for
+    measuring both paths); 1 makes every direct product of 64 rows or more pack B's strips."""
     global _direct_b
     floats = _int("set_gemm_direct_limit", "floats", floats)
     if floats < 0:
@@ -842,25 +847,37 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, const float 
 
 cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, const float *B, float *C, Py_ssize_t m,
                       Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
-    """C = A @ B without packing (kern.direct), the threads taking contiguous blocks of rows."""
+    """C = A @ B by kern.direct, the threads taking contiguous blocks of rows. A B bigger than
+    the in-place limit is first packed whole into column strips (A never is), unless A has too
+    few rows to repay that (16 x 8192 @ 8192 x 147: 129 GFLOP/s in place, 75 packed)."""
     cdef Py_ssize_t per_thread = n * (kern.dnr + kern.dmr), blocks = (m + kern.dmr - 1) // kern.dmr, rows, r0
+    cdef Py_ssize_t NR = kern.dnr, npan = (p + NR - 1) // NR, jp
     cdef int t
+    cdef float *Bp = NULL
     if nt > blocks:
         nt = <int>blocks
     rows = (blocks + nt - 1) // nt * kern.dmr
     cdef float *work = <float *>nk_aligned_alloc(nt * per_thread * sizeof(float))
     if work == NULL:
         return -1
+    if n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS:
+        Bp = <float *>nk_aligned_alloc(n * npan * NR * sizeof(float))
+        if Bp == NULL:
+            free(work)
+            return -1
+        for jp in prange(npan, num_threads=nt, schedule="static"):
+            nk_pack_b(B, p, n, jp * NR, (jp + 1) * NR if (jp + 1) * NR < p else p, <int>NR, Bp)
     if nt == 1:
         nk_note_thread(0)
-        kern.direct(m, n, p, A, B, C, work)
+        kern.direct(m, n, p, A, B, Bp, C, work)
     else:
         for t in prange(nt, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
             r0 = t * rows
             if r0 < m:
-                kern.direct(rows if rows < m - r0 else m - r0, n, p, A + r0 * n, B, C + r0 * p,
+                kern.direct(rows if rows < m - r0 else m - r0, n, p, A + r0 * n, B, Bp, C + r0 * p,
                             work + t * per_thread)
+    free(Bp)
     free(work)
     return 0
 
@@ -887,7 +904,9 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
     if m * n * p <= GEMM_SMALL:
         _gemm_small(A, B, C, m, n, p)
         return 0
-    if n * p <= _direct_b:
+    # (rows of B a multiple of 4 KB apart fall on the same cache sets when read in place:
+    # 2048 x 256 @ 256 x 1024 ran at 0.7x the packed kernel's speed)
+    if _direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS):
         return _gemm_direct(kern, A, B, C, m, n, p, nt)
     if m <= kern.mc:
         return _gemm_few_rows(kern, A, B, C, m, n, p, nt)

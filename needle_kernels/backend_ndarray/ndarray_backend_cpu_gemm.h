@@ -27,8 +27,8 @@
 typedef void (*nk_macro_fn)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc, const float *Ap,
                             const float *Bp, float *C, ptrdiff_t ldc, int add);
 
-typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, const float *B, float *C,
-                             float *work);
+typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, const float *B,
+                             const float *Bp, float *C, float *work);
 
 typedef struct {
     const char *name;
@@ -109,7 +109,9 @@ typedef struct {
  * short (DMR = 4 rows), so a batch of 16 or a width of 100 wastes little of it; with the
  * operands in L1/L2 the kernel is bound by its FMAs, not by the broadcasts. Only the last,
  * partial strip of columns and the last, partial block of rows are copied (zero-padded)
- * into ``work``, which holds n * (NR + DMR) floats. */
+ * into ``work``, which holds n * (NR + DMR) floats. A B too big for L2 comes as ``Bp``, its
+ * NR-column strips packed whole by nk_pack_b (strip j0 at Bp + j0 * n): the strips are then
+ * read sequentially and aligned whatever B's row length (NULL: B is read in place). */
 #define NK_DEFINE_GEMM_DIRECT(NAME, ATTR, W, DMR, NV)                                            \
     typedef float NK_CAT(nk_dvec_, NAME) __attribute__((vector_size(4 * (W))));               \
     ATTR static inline void NK_CAT(nk_dmicro_, NAME)(ptrdiff_t n, const float *restrict A,     \
@@ -136,14 +138,14 @@ typedef struct {
             memcpy(C + i * ldc, tile + i * (NV) * (W), (size_t)nr * sizeof(float));             \
     }                                                                                           \
     ATTR static void NK_CAT(nk_direct_, NAME)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p,           \
-                                              const float *A, const float *B, float *C,         \
-                                              float *work)                                      \
+                                              const float *A, const float *B, const float *Bp,  \
+                                              float *C, float *work)                            \
     {                                                                                           \
         const ptrdiff_t NR = (NV) * (W);                                                        \
         float *Bw = work, *Aw = work + n * NR;                                                  \
         ptrdiff_t mfull = m / (DMR) * (DMR), mr = m - mfull;                                    \
         ptrdiff_t pfull = p / NR * NR, nr = p - pfull;                                          \
-        if (nr) { /* the last columns, zero-padded to a whole strip */                          \
+        if (nr && Bp == NULL) { /* the last columns, zero-padded to a whole strip */            \
             for (ptrdiff_t k = 0; k < n; k++) {                                                 \
                 memcpy(Bw + k * NR, B + k * p + pfull, (size_t)nr * sizeof(float));              \
                 memset(Bw + k * NR + nr, 0, (size_t)(NR - nr) * sizeof(float));                  \
@@ -159,9 +161,11 @@ typedef struct {
             const float *Ar = ir < mfull ? A + ir * n : Aw;                                     \
             ptrdiff_t rows = ir < mfull ? (DMR) : mr;                                           \
             for (ptrdiff_t jr = 0; jr < pfull; jr += NR)                                        \
-                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, B + jr, p, C + ir * p + jr, p, rows, NR);    \
+                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, Bp ? Bp + jr * n : B + jr, Bp ? NR : p,      \
+                                         C + ir * p + jr, p, rows, NR);                         \
             if (nr)                                                                             \
-                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, Bw, NR, C + ir * p + pfull, p, rows, nr);    \
+                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, Bp ? Bp + pfull * n : Bw, NR,                \
+                                         C + ir * p + pfull, p, rows, nr);                      \
         }                                                                                       \
     }
 
