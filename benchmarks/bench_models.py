@@ -18,6 +18,11 @@ Every row times needle_kernels and PyTorch side by side in this one run:
   step, and each library's growth of the process's peak RSS over the same (first)
   step, each measured in a fresh process.
 
+needle_kernels runs its backward passes with ``create_graph=False``, the
+computation PyTorch's ``backward()`` does by default (no graph of the gradients
+is recorded; needle's own default records one, so they can be differentiated
+again).
+
 Each timing alternates the two libraries and reports the median, so load from
 other processes hits both alike. The ratio is needle_kernels time / reference
 time. Without torch only the needle_kernels column is printed. ``--profile``
@@ -187,12 +192,12 @@ class ResNet9Step:
         start = time.perf_counter()
         if self.opt is not None:
             self.opt.reset_grad()
-            self.loss(self.model(self.x), self.y).backward()
+            self.loss(self.model(self.x), self.y).backward(create_graph=False)
             self.opt.step()
         else:
             for p in self.model.parameters():
                 p.grad = None
-            self.model(self.x).sum().backward()
+            self.model(self.x).sum().backward(create_graph=False)
         return time.perf_counter() - start
 
 
@@ -239,7 +244,7 @@ class NdlLMStep:
         start = time.perf_counter()
         self.opt.reset_grad()
         logits, _ = self.model(self.x)
-        self.loss(logits, self.y).backward()
+        self.loss(logits, self.y).backward(create_graph=False)
         self.opt.step()
         return time.perf_counter() - start
 
@@ -374,7 +379,7 @@ class NdlConvStep:
         self.x.grad = None
         for p in self.conv.parameters():
             p.grad = None
-        self.conv(self.x).sum().backward()
+        self.conv(self.x).sum().backward(create_graph=False)
         return time.perf_counter() - start
 
 
@@ -432,7 +437,7 @@ class NdlChain:
     def __call__(self):
         start = time.perf_counter()
         self.x.grad = self.y.grad = None
-        chain(self.x, self.y, self.n, ndl.ops.tanh).backward()
+        chain(self.x, self.y, self.n, ndl.ops.tanh).backward(create_graph=False)
         return time.perf_counter() - start
 
 

@@ -6,6 +6,7 @@ False): a node computes its ``cached_data`` as soon as it is made. The
 gradient of each op is written with ops too, so gradients are Tensors with a
 graph of their own and can be differentiated again.
 """
+from contextlib import contextmanager
 from functools import reduce
 import math
 import operator
@@ -22,6 +23,10 @@ from .backend_selection import (
 # Eager evaluation: realize every node when it is created. Lazy mode (build the
 # graph, compute on demand) is kept as a switch for teaching.
 LAZY_MODE = False
+
+# False while a backward pass runs with create_graph=False: the ops it runs then record no
+# graph (each result is a constant), so every adjoint can go as soon as it has been used.
+RECORDING = True
 
 # True while compile.trace records a forward pass: modules then build the generic
 # ops the compiler and the ONNX exporter know instead of their fused kernels.
@@ -123,7 +128,7 @@ class Value:
         TENSOR_COUNTER += 1
         if requires_grad is None:  # any(...), without a generator: this runs for every node
             requires_grad = False
-            for x in inputs:
+            for x in inputs if RECORDING else ():
                 if x.requires_grad:
                     requires_grad = True
                     break
@@ -149,10 +154,11 @@ class Value:
         TENSOR_COUNTER += 1
         inputs = list(inputs)
         requires_grad = False
-        for x in inputs:
-            if x.requires_grad:
-                requires_grad = True
-                break
+        if RECORDING:
+            for x in inputs:
+                if x.requires_grad:
+                    requires_grad = True
+                    break
         value.num_outputs = 1
         value.requires_grad = requires_grad
         if LAZY_MODE:
@@ -306,12 +312,18 @@ class Tensor(Value):
         # an NDArray converts itself (__array__); a numpy array is returned as is
         return numpy.asarray(self.realize_cached_data())
 
-    def backward(self, out_grad=None):
+    def backward(self, out_grad=None, create_graph=True):
         """Compute ``.grad`` of every leaf that requires grad.
 
         ``out_grad`` is the adjoint of this Tensor. Left out, it is an all-ones
         array of this Tensor's shape (for any shape, not only scalars), as in
         needle: ``y.backward()`` then gives the gradient of ``y.sum()``.
+
+        ``create_graph=True`` (needle's behaviour) builds the gradients from
+        recorded ops, so they can be differentiated again. ``False`` (PyTorch's
+        default) records nothing while the pass runs: the gradients are
+        constants, and each intermediate adjoint is freed once it has been used,
+        instead of living as long as the gradients do.
         """
         if out_grad is None:
             out_grad = Tensor.make_const(array_api.full(self.shape, 1.0, dtype=self.dtype, device=self.device))
@@ -319,7 +331,8 @@ class Tensor(Value):
             out_grad = Tensor(out_grad, device=self.device, requires_grad=False)
         if out_grad.shape != self.shape:
             raise ValueError(f"backward(): out_grad shape {out_grad.shape} != tensor shape {self.shape}")
-        compute_gradient_of_variables(self, out_grad)
+        with recording(bool(create_graph) and RECORDING):
+            compute_gradient_of_variables(self, out_grad)
 
     def __repr__(self):
         return "needle.Tensor(" + str(self.realize_cached_data()) + ")"
@@ -399,11 +412,12 @@ def compute_gradient_of_variables(output_tensor, out_grad):
 
     node_to_output_grads = {output_tensor: [out_grad]}
     tuple_slot_grads = {}  # TensorTuple -> {index: [adjoints]}
+    # pop, not get: a node's partial adjoints are needed only until its own adjoint is summed
     for node in reversed(find_topo_sort([output_tensor])):
         if isinstance(node, TensorTuple):
-            grad = _tuple_adjoint(node, node_to_output_grads.get(node), tuple_slot_grads.get(node))
+            grad = _tuple_adjoint(node, node_to_output_grads.pop(node, None), tuple_slot_grads.pop(node, None))
         else:
-            grads = node_to_output_grads.get(node)
+            grads = node_to_output_grads.pop(node, None)
             grad = None if not grads else sum_node_list(grads)
         if grad is None:
             continue
@@ -423,6 +437,17 @@ def compute_gradient_of_variables(output_tensor, out_grad):
                     slots.setdefault(i, []).append(item)
             else:
                 node_to_output_grads.setdefault(inp, []).append(partial)
+
+
+@contextmanager
+def recording(flag):
+    """Within, ops record their graph (``flag`` True) or make constants (False); see RECORDING."""
+    global RECORDING
+    saved, RECORDING = RECORDING, bool(flag)
+    try:
+        yield
+    finally:
+        RECORDING = saved
 
 
 def zeros_adjoint(shape, dtype, device):

@@ -18,7 +18,7 @@ when recomputed.
 """
 from contextlib import contextmanager
 
-from .autograd import Tensor, TensorOp, compute_gradient_of_variables
+from .autograd import Tensor, TensorOp, compute_gradient_of_variables, recording
 
 
 @contextmanager
@@ -54,7 +54,8 @@ class Checkpoint(TensorOp):
                   for x in node.inputs[:self.n_inputs]]
         saved = [p.grad for p in self.params]
         try:
-            out = self.fn(*inputs)
+            with recording(True):  # the segment's graph, even in a backward pass that records nothing
+                out = self.fn(*inputs)
             compute_gradient_of_variables(out, Tensor.make_const(out_grad.realize_cached_data()))
             leaves = inputs + self.params
             grads = tuple(_zeros_like(x) if x.grad is None else x.grad.detach() for x in leaves)

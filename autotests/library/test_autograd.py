@@ -1,4 +1,5 @@
 """The autograd engine: graph, topological order, reverse mode, grad of grad, bookkeeping."""
+import gc
 import os
 import subprocess
 import sys
@@ -315,3 +316,41 @@ def test_any_tuple_valued_partial_adjoint_reaches_each_slot(device):
     out.backward()
     np.testing.assert_array_equal(a.grad.numpy(), [0, 1, 2])
     np.testing.assert_array_equal(b.grad.numpy(), [3, 4, 5])
+
+
+def _mlp_grads(device, create_graph):
+    np.random.seed(11)
+    model = ndl.nn.Sequential(*[ndl.nn.Sequential(ndl.nn.Linear(32, 32, device=device), ndl.nn.Tanh())
+                                for _ in range(6)])
+    x = ndl.Tensor(np.random.randn(64, 32).astype(np.float32), device=device)
+    loss = (model(x) * model(x)).sum()
+    loss.backward(create_graph=create_graph)
+    return x, [p.grad for p in model.parameters()]
+
+
+def test_backward_without_create_graph_gives_the_same_gradients_as_constants(device):
+    x0, want = _mlp_grads(device, True)
+    x1, got = _mlp_grads(device, False)
+    for g, w in zip([x1.grad] + got, [x0.grad] + want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+        assert g.op is None and not g.requires_grad  # nothing recorded: not differentiable again
+    assert any(w.op is not None for w in want)  # the default records the gradients' graph
+    assert ndl.autograd.RECORDING  # switched back on after the pass
+
+
+if BACKEND != "np":  # the allocator's byte counters belong to the NDArray backends
+    def test_backward_without_create_graph_frees_adjoints_as_it_goes():
+        device = ndl.cpu()
+        peaks = {}
+        for create_graph in (True, False):
+            gc.collect()
+            gc.disable()  # reference counting alone must free them
+            try:
+                device.reset_peak_memory()
+                base = device.memory_stats()["live_bytes"]
+                x, grads = _mlp_grads(device, create_graph)
+                peaks[create_graph] = device.memory_stats()["peak_bytes"] - base
+                del x, grads
+            finally:
+                gc.enable()
+        assert peaks[False] < 0.75 * peaks[True], peaks

@@ -83,10 +83,10 @@ def gan_train_step(G, D, opt_g, opt_d, x_real, z, loss_fn=None):
     fake = G(z)
     opt_d.reset_grad()
     loss_d = loss_fn(D(x_real), True) + loss_fn(D(fake.detach()), False)
-    loss_d.backward()
+    loss_d.backward(create_graph=False)  # nothing differentiates the gradients
     opt_d.step()
     opt_g.reset_grad()
     loss_g = loss_fn(D(fake), True)
-    loss_g.backward()
+    loss_g.backward(create_graph=False)
     opt_g.step()
     return float(loss_d.numpy()), float(loss_g.numpy())
