@@ -179,6 +179,14 @@ def _same_shape(name, g, x):
         raise ValueError(f"{name}: x must have the shape of g {numpy.shape(g)}, got {numpy.shape(x)}")
 
 
+def bias_add(x, bias):
+    """x (rows, cols) + bias (cols elements) on every row."""
+    if numpy.ndim(x) != 2 or numpy.size(bias) != numpy.shape(x)[1]:
+        raise ValueError(f"bias_add: x must be (rows, cols) and bias have cols elements, got shapes "
+                         f"{numpy.shape(x)} and {numpy.shape(bias)}")
+    return x + numpy.reshape(bias, (1, -1))
+
+
 def relu_backward(g, x):
     """g * (x > 0): relu's adjoint for out_grad g at its input x (the NDArray kernels' formula)."""
     _same_shape("relu_backward", g, x)

@@ -27,7 +27,7 @@ TABLE = [
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "sgd_update", "col2im", "softmax_xent", "softmax_xent_grad",
     "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
-    "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
+    "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
          "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward"]
@@ -549,6 +549,22 @@ def test_batchnorm(backend, ref, rows, cols, spread, batch_stats, seed):
     close(want[2], x * scale + shift, rtol=1e-5, atol=1e-5 * spread)
     for a, b in zip(want[3:], (dx, dw, db)):
         close(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(b).max(initial=0))))
+
+
+@given_settings
+@given(st.integers(0, 40), st.integers(1, 70), st.booleans(), st.integers(0, 2**32 - 1))
+def test_bias_add(backend, ref, rows, cols, in_place, seed):
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((rows, cols)) * 10).astype(np.float32)
+    bias = rng.standard_normal(cols).astype(np.float32)
+    results = []
+    for module in (backend, ref):
+        A, B = put(module, a.ravel()), put(module, bias)
+        out = A if in_place else module.Array(rows * cols)
+        module.bias_add(A, B, out, rows, cols)
+        results.append(get(module, out).reshape(rows, cols))
+    close(results[0], results[1])
+    close(results[1], a + bias)
 
 
 @pytest.mark.parametrize("rows, cols", [(8192, 16), (512, 128), (100003, 3)])

@@ -249,6 +249,16 @@ def test_batchnorm_bad_sizes(backend, ref, fn, sizes, dims):
     raises_like_reference(backend, ref, fn, lambda m: arrays(m, *sizes) + list(dims))
 
 
+@pytest.mark.parametrize("sizes, dims", [
+    ((12, 4, 11), (3, 4)),   # out too small
+    ((12, 5, 12), (3, 4)),   # bias has 5, not one per column
+    ((11, 4, 12), (3, 4)),   # a has 11
+    ((0, 0, 0), (0, 0)),     # no columns
+])
+def test_bias_add_bad_sizes(backend, ref, sizes, dims):
+    raises_like_reference(backend, ref, "bias_add", lambda m: arrays(m, *sizes) + list(dims))
+
+
 @pytest.mark.parametrize("fn, sizes, dims", [
     ("lstm_cell", (23, 6, 6, 6), (2, 3)),                  # gates have 23 elements, not 2 * 4 * 3
     ("lstm_cell", (24, 6, 5, 6), (2, 3)),                  # h too small

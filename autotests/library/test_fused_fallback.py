@@ -11,7 +11,8 @@ from needle_kernels.backend_ndarray import device as device_module
 from needle_kernels.backend_ndarray import ndarray_backend_numpy
 
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
-         "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward")
+         "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
+         "bias_add")
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,25 @@ def test_sigmoid(device): check_op(ndl.sigmoid, lambda a: 1 / (1 + np.exp(-a)), 
 def test_relu_backward(device): check_op(ndl.relu_backward, lambda g, a: g * (a > 0), rand(3, 4), away_from_zero(3, 4), device=device)
 def test_tanh_backward(device): check_op(ndl.tanh_backward, lambda g, y: g * (1 - y * y), rand(3, 4), rand(3, 4), device=device)
 def test_sigmoid_backward(device): check_op(ndl.sigmoid_backward, lambda g, y: g * y * (1 - y), rand(3, 4), rand(3, 4), device=device)
+def test_matmul_bias(device): check_op(ndl.matmul_bias, lambda x, w, b: x @ w + b, rand(4, 3), rand(3, 5), rand(1, 5), device=device, rtol=1e-4)
+def test_matmul_bias_flat_bias(device): check_op(ndl.matmul_bias, lambda x, w, b: x @ w + b, rand(4, 3), rand(3, 5), rand(5), device=device, rtol=1e-4)
+
+
+def test_matmul_bias_refuses_misfits(device):
+    with pytest.raises(ValueError, match=r"matmul_bias: shapes \(4, 3\), \(2, 5\) and bias \(5,\)"):
+        ndl.matmul_bias(*(ndl.Tensor(rand(*s), device=device) for s in ((4, 3), (2, 5), (5,))))
+
+
+def test_linear_uses_matmul_bias_and_equals_the_generic_layer(device):
+    np.random.seed(0)
+    layer = ndl.nn.Linear(6, 4, device=device)
+    x = ndl.Tensor(rand(5, 6), device=device)
+    out = layer(x)
+    assert isinstance(out.op, ndl.ops.MatMulBias)
+    generic = x @ layer.weight + layer.bias.broadcast_to((5, 4))
+    np.testing.assert_allclose(out.numpy(), generic.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_add_n(device): check_op(ndl.add_n, lambda *xs: sum(xs), rand(3, 4), rand(3, 4), rand(3, 4), rand(3, 4), device=device)
 
 
@@ -213,6 +232,10 @@ def test_second_order_elementwise(device):
 def test_second_order_through_the_activation_adjoints(device):
     # differentiates relu_backward, tanh_backward and sigmoid_backward in both their inputs
     check_second_order(lambda x: ndl.relu(x) * x * x + ndl.tanh(x) * x + ndl.sigmoid(x) * x, away_from_zero(3, 2), device=device)
+
+
+def test_second_order_matmul_bias(device):
+    check_second_order(lambda x, w, b: ndl.tanh(ndl.matmul_bias(x, w, b)), rand(3, 2), rand(2, 4), rand(1, 4), device=device)
 
 
 def test_second_order_add_n(device):

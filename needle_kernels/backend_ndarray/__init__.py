@@ -66,6 +66,7 @@ from .ndarray_fused import (
     batchnorm_apply,
     batchnorm_backward,
     batchnorm_stats,
+    bias_add,
     col2im,
     lstm_cell,
     lstm_cell_backward,

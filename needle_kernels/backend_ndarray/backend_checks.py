@@ -154,6 +154,15 @@ def check_batchnorm(name, rows, cols, full, columns):
         check_size(name, arr, cols, f"{what} (cols={cols})")
 
 
+def check_bias_add(name, rows, cols, a, bias, out):
+    """Sizes of a bias_add call: a and out (rows, cols), bias one per column."""
+    if rows < 0 or cols < 1:
+        raise ValueError(f"{name}: need rows >= 0 and cols >= 1, got rows={rows}, cols={cols}")
+    check_size(name, a, rows * cols, f"a (rows={rows}, cols={cols})")
+    check_size(name, out, rows * cols, f"out (rows={rows}, cols={cols})")
+    check_size(name, bias, cols, f"bias (cols={cols})")
+
+
 def check_lstm(name, rows, hidden, gates, states):
     """Sizes of a fused LSTM cell call: every array in ``gates`` has rows * 4 * hidden elements,
     every one in ``states`` rows * hidden. Raises ValueError naming the misfit."""

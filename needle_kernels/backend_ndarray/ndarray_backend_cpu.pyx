@@ -35,6 +35,7 @@ from libc.string cimport memcpy, memset
 
 from .backend_checks import (
     check_batchnorm,
+    check_bias_add,
     check_lstm,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
@@ -90,6 +91,7 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
     void nk_bn_col_sums(const float *x, Py_ssize_t rows, Py_ssize_t n, const double *center, double *acc)
     void nk_bn_grad_sums(const float *x, const float *dy, Py_ssize_t rows, Py_ssize_t n, const double *mean,
                          const double *invstd, double *db, double *dw)
+    void nk_bias_add_rows(const float *a, const float *bias, float *out, Py_ssize_t rows, Py_ssize_t n)
     void nk_bn_apply_rows(const float *x, const float *scale, const float *shift, float *out, Py_ssize_t rows,
                           Py_ssize_t n)
     void nk_bn_dx_rows(const float *x, const float *dy, const float *k, const float *gm, const float *mean,
@@ -1414,6 +1416,25 @@ def batchnorm_stats(x, mean, var, rows, cols):
         for c in range(cc):
             M.data[c] = <float>m[c]
             V.data[c] = <float>(v[c] / cr)
+
+
+def bias_add(a, bias, out, rows, cols):
+    """out[r, c] = a[r, c] + bias[c] (see the reference); out may be a."""
+    cdef Array A = _arr("bias_add", "a", a)
+    cdef Array Bs = _arr("bias_add", "bias", bias)
+    cdef Array O = _arr("bias_add", "out", out)
+    rows, cols = _check_dims("bias_add", (("rows", rows), ("cols", cols)))
+    cdef Py_ssize_t cr = rows, cc = cols, t, step
+    if not (cc >= 1 and A.size == cr * cc and O.size == cr * cc and Bs.size == cc):
+        check_bias_add("bias_add", rows, cols, A, Bs, O)
+    cdef int nt = _threads_for(cr * cc)
+    step = _chunk(cr, nt)
+    nk_reset_threads()
+    with nogil:
+        for t in prange(nt, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            if t * step < cr:
+                nk_bias_add_rows(A.data + t * step * cc, Bs.data, O.data + t * step * cc, min(step, cr - t * step), cc)
 
 
 def batchnorm_apply(x, scale, shift, out, rows, cols):

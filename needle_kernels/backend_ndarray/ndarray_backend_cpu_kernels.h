@@ -128,6 +128,14 @@ NK_CLONES static void nk_sgd(const float *p, const float *g, float *u, float *ou
 /* Row y of image b of ndarray_backend_numpy.col2im: out_row (w, c) is
  * overwritten with the sum of the window entries that read it, gathered in
  * order of increasing (ki, kj) so the sums round as the reference's do. */
+/* out = a + bias, the bias repeated on every row of n (out may be a: no restrict on them). */
+NK_CLONES static void nk_bias_add_rows(const float *a, const float *restrict bias, float *out, ptrdiff_t rows,
+                                       ptrdiff_t n)
+{
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t c = 0; c < n; c++) out[r * n + c] = a[r * n + c] + bias[c];
+}
+
 /* Batch norm over a block of rows of n channels, one call per thread's block (a call per
  * row cost more than its few vectors of work when n is 64). */
 NK_CLONES static void nk_bn_apply_rows(const float *restrict x, const float *restrict scale,

@@ -28,6 +28,7 @@ from .backend_checks import (
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_batchnorm,
+    check_bias_add,
     check_col2im,
     check_labels,
     check_lstm,
@@ -221,7 +222,7 @@ KERNELS = {
                   "softmax_xent", "softmax_xent_grad"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
     "conv.cu": ("col2im",),
-    "batchnorm.cu": ("batchnorm_stats", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
+    "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
     "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
 }
 _SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
@@ -662,6 +663,16 @@ def batchnorm_stats(x, mean, var, rows, cols):
     check_batchnorm("batchnorm_stats", rows, cols, dict(x=x), dict(mean=mean, var=var))
     _launch(_kernel("batchnorm_stats"), _bn_columns_grid(cols), _BN_BLOCK,
             (x.array, mean.array, var.array, _i64(rows), _i64(cols)))
+
+
+def bias_add(a, bias, out, rows, cols):
+    """out[r, c] = a[r, c] + bias[c] (see the reference)."""
+    _require("bias_add")
+    _check_arrays("bias_add", a=a, bias=bias, out=out)
+    rows, cols = int(rows), int(cols)
+    check_bias_add("bias_add", rows, cols, a, bias, out)
+    if rows:
+        _launch(_kernel("bias_add"), *grid_1d(rows * cols), (a.array, bias.array, out.array, _i64(rows), _i64(cols)))
 
 
 def batchnorm_apply(x, scale, shift, out, rows, cols):

@@ -23,6 +23,7 @@ import numpy as np
 from .backend_checks import (
     check_array_size,
     check_batchnorm,
+    check_bias_add,
     check_col2im,
     check_labels,
     check_lstm,
@@ -360,6 +361,13 @@ def batchnorm_stats(x, mean, var, rows, cols):
     m = X.sum(axis=0) / rows
     mean.array[:] = m
     var.array[:] = ((X - m) ** 2).sum(axis=0) / rows
+
+
+def bias_add(a, bias, out, rows, cols):
+    """out[r, c] = a[r, c] + bias[c] (float32): a linear layer's bias added to its product in one
+    pass, instead of a copy of the broadcast bias and an add. out may be a."""
+    check_bias_add("bias_add", rows, cols, a, bias, out)
+    out.array.reshape(rows, cols)[...] = a.array.reshape(rows, cols) + bias.array
 
 
 def batchnorm_apply(x, scale, shift, out, rows, cols):

@@ -1,5 +1,5 @@
 """Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy,
-batch norm, the LSTM cell and the activations' adjoints.
+batch norm, the LSTM cell, the activations' adjoints and a linear layer's bias.
 
 Each is one pass of one kernel over whole arrays, where the same formula
 written with array operations would take a dozen kernels and temporaries.
@@ -245,3 +245,18 @@ def tanh_backward(g, y):
 def sigmoid_backward(g, y):
     """g * y * (1 - y): sigmoid's adjoint for out_grad g at its output y, in one kernel."""
     return _activation_adjoint("sigmoid_backward", g, y, lambda: g * y * (1.0 - y))
+
+
+def bias_add(x, bias):
+    """x (rows, cols) + bias (cols elements, any shape) on every row, in one kernel."""
+    if not isinstance(x, NDArray) or x.ndim != 2:
+        raise ValueError(f"bias_add: x must be an NDArray (rows, cols), got shape {getattr(x, 'shape', None)}")
+    rows, cols = x.shape
+    if not isinstance(bias, NDArray) or bias.size != cols or bias._device != x._device:
+        raise ValueError(f"bias_add: bias must be an NDArray of {cols} elements on {x._device}, got shape "
+                         f"{getattr(bias, 'shape', None)} on {getattr(bias, 'device', None)}")
+    if not _has_kernel(x._device, "bias_add"):
+        return x + bias.reshape((1, cols)).broadcast_to((rows, cols))
+    out = NDArray._new((rows, cols), x._device)
+    x._device.bias_add(x.compact()._handle, bias.compact()._handle, out._handle, rows, cols)
+    return out

@@ -4,7 +4,7 @@ from typing import List
 
 import numpy
 
-from .. import init, ops
+from .. import autograd, init, ops
 from ..autograd import Tensor
 
 
@@ -113,9 +113,13 @@ class Linear(Module):
         lead = X.shape[:-1]
         # a 2-D product is one backend matmul; (B, T, in) inputs are flattened to it
         x2d = X if len(X.shape) == 2 else X.reshape((-1, self.in_features))
-        out = x2d @ self.weight
-        if self.bias is not None:
+        if self.bias is None:
+            out = x2d @ self.weight
+        elif autograd.TRACING:  # the generic ops, which compile and the ONNX exporter know
+            out = x2d @ self.weight
             out = out + self.bias.broadcast_to(out.shape)
+        else:  # the product and the bias in one op (ops.matmul_bias)
+            out = ops.matmul_bias(x2d, self.weight, self.bias)
         return out if len(X.shape) == 2 else out.reshape(lead + (self.out_features,))
 
 

@@ -545,6 +545,31 @@ def matmul(a, b):
     return MatMul()(a, b)
 
 
+class MatMulBias(TensorOp):
+    """out = x @ w + b for x (n, in), w (in, out) and b of out elements (a linear layer), with the
+    bias added by one kernel instead of a broadcast copy and an add.
+
+    dx = g @ w^T,  dw = x^T @ g,  db = g summed over the rows (in b's shape).
+    """
+
+    def compute(self, x, w, b):
+        if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0] or b.size != w.shape[1]:
+            raise ValueError(f"matmul_bias: shapes {tuple(x.shape)}, {tuple(w.shape)} and bias {tuple(b.shape)} "
+                             "are not (n, in), (in, out) and out elements")
+        return array_api.bias_add(x @ w, b)
+
+    def gradient(self, out_grad, node):
+        x, w, b = node.inputs
+        dx = out_grad @ transpose(w) if x.requires_grad else None
+        dw = transpose(x) @ out_grad if w.requires_grad else None
+        db = reshape(summation(out_grad, (0,)), b.shape) if b.requires_grad else None
+        return dx, dw, db
+
+
+def matmul_bias(x, w, b):
+    return MatMulBias()(x, w, b)
+
+
 # ---------------------------------------------------------------- stack / split
 
 class Stack(TensorOp):

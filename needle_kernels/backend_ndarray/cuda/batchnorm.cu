@@ -43,6 +43,14 @@ batchnorm_stats(const float* x, float* mean, float* var, index_t rows, index_t c
     }
 }
 
+// A linear layer's bias: out[r, c] = a[r, c] + bias[c]; out may be a.
+extern "C" __global__ void bias_add(const float* a, const float* bias, float* out, index_t rows, index_t cols) {
+    const index_t n = rows * cols;
+    for (index_t i = thread_index(); i < n; i += thread_count()) {
+        out[i] = a[i] + bias[i % cols];
+    }
+}
+
 extern "C" __global__ void batchnorm_apply(const float* x, const float* scale, const float* shift, float* out,
                                            index_t rows, index_t cols) {
     const index_t n = rows * cols;
