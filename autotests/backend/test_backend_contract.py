@@ -27,7 +27,7 @@ TABLE = [
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "sgd_update", "col2im", "softmax_xent", "softmax_xent_grad",
     "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
-    "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add",
+    "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
          "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward"]
@@ -271,6 +271,29 @@ def test_matmul(backend, ref, m, n, p, seed):
 def test_matmul_large(backend, ref, m, n, p):
     a, b = _mats(np.random.default_rng(m), (m, n), (n, p))
     got, want = both(backend, ref, "matmul", [a, b], m * p, m, n, p)
+    close(got, want, **_mm_tol(n))
+
+
+@given_settings
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(0, 40), st.booleans(), st.booleans(),
+       st.integers(0, 2**32 - 1))
+def test_matmul_t(backend, ref, m, n, p, trans_a, trans_b, seed):
+    a, b = _mats(np.random.default_rng(seed), (m, n), (n, p))
+    # the operands as stored: the transpose's rows when the flag says so
+    a_in = np.ascontiguousarray(a.T) if trans_a else a
+    b_in = np.ascontiguousarray(b.T) if trans_b else b
+    got, want = both(backend, ref, "matmul_t", [a_in, b_in], m * p, m, n, p, trans_a, trans_b)
+    close(got, want, **_mm_tol(n))
+    close(want.reshape(m, p), a.astype(np.float64) @ b, **_mm_tol(n))
+
+
+@pytest.mark.parametrize("m, n, p", [(16, 400, 100), (640, 2000, 100), (300, 700, 900), (100, 16, 400)])
+@pytest.mark.parametrize("trans_a, trans_b", [(True, False), (False, True), (True, True)])
+def test_matmul_t_large(backend, ref, m, n, p, trans_a, trans_b):
+    a, b = _mats(np.random.default_rng(m + n), (m, n), (n, p))
+    a_in = np.ascontiguousarray(a.T) if trans_a else a
+    b_in = np.ascontiguousarray(b.T) if trans_b else b
+    got, want = both(backend, ref, "matmul_t", [a_in, b_in], m * p, m, n, p, trans_a, trans_b)
     close(got, want, **_mm_tol(n))
 
 

@@ -76,6 +76,10 @@ def test_matmul_negative_dims(backend, m, n, p):
         backend.matmul(a, b, out, m, n, p)
 
 
+def test_matmul_t_size_mismatch(backend, ref):
+    raises_like_reference(backend, ref, "matmul_t", lambda m: arrays(m, 6, 12, 7) + [2, 3, 4, True, False])
+
+
 def test_matmul_batched_size_mismatch(backend, ref):
     raises_like_reference(backend, ref, "matmul_batched", lambda m: arrays(m, 2 * 6, 2 * 12, 2 * 8 - 1) + [2, 2, 3, 4])
 

@@ -126,11 +126,18 @@ def test_every_gemm_kernel(cpu, m, n, p, limit):
             assert cpu.isa()["name"] == name
             for threads in (1, 2):
                 cpu.set_num_threads(threads)
-                out = cpu.Array(m * p)
-                cpu.fill(out, np.nan)  # every element must be written
-                cpu.matmul(put(cpu, a), put(cpu, b), out, m, n, p)
-                np.testing.assert_allclose(get(cpu, out).reshape(m, p), want, rtol=1e-4, atol=1e-4 * n**0.5,
-                                           err_msg=f"{name}, {threads} threads")
+                # and each operand given as its transpose's rows (matmul_t)
+                for ta, tb in ((False, False), (True, False), (False, True), (True, True)):
+                    out = cpu.Array(m * p)
+                    cpu.fill(out, np.nan)  # every element must be written
+                    a_in = put(cpu, np.ascontiguousarray(a.T) if ta else a)
+                    b_in = put(cpu, np.ascontiguousarray(b.T) if tb else b)
+                    if ta or tb:
+                        cpu.matmul_t(a_in, b_in, out, m, n, p, ta, tb)
+                    else:
+                        cpu.matmul(a_in, b_in, out, m, n, p)
+                    np.testing.assert_allclose(get(cpu, out).reshape(m, p), want, rtol=1e-4, atol=1e-4 * n**0.5,
+                                               err_msg=f"{name}, {threads} threads, transposed {ta, tb}")
     finally:
         cpu.set_gemm_direct_limit(old)
 

@@ -12,7 +12,7 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
-         "bias_add")
+         "bias_add", "matmul_t")
 
 
 @pytest.fixture(scope="module")

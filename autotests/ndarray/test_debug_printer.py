@@ -12,7 +12,7 @@ SCRIPT = """
 import numpy as np
 import needle_kernels.backend_ndarray as nd
 a = nd.array(np.ones((64, 32), dtype=np.float32), device=nd.{dev}())
-(a @ a.permute((1, 0))).sum(axis=1)
+(a @ a.permute((1, 0)).compact()).sum(axis=1)
 """
 
 

@@ -37,6 +37,17 @@ def compact_strides(shape):
 _PLAIN_SCALARS = (float, int)
 
 
+def _as_matmul_operand(x):
+    """``(array, transposed)`` for a 2-D matmul operand: x itself when compact; x when it is the
+    transpose of a compact array (its buffer then holds x.T row-major); else a compact copy."""
+    if x.is_compact():
+        return x, False
+    rows, cols = x._shape
+    if x._offset == 0 and x._strides == (1, rows) and x._handle.size == rows * cols:
+        return x, True
+    return x.compact(), False
+
+
 def _kernel_view(shape, strides):
     """Kernels index with at least one dimension: a 0-d array is one element."""
     return (shape, strides) if shape else ((1,), (0,))
@@ -538,6 +549,16 @@ class NDArray:
     def _matmul(self, a, b, batch, m, n, p):
         dev = self.device
         nb = prod(batch)
+        if nb == 1 and a.ndim == 2 and b.ndim == 2 and hasattr(dev, "matmul_t"):
+            # a transposed view (x.T of a row-major x, as backward passes make) goes to the
+            # kernel as it is, instead of a transposed copy first
+            (a2, ta), (b2, tb) = _as_matmul_operand(a), _as_matmul_operand(b)
+            out = NDArray._new((m, p), dev)
+            if ta or tb:
+                dev.matmul_t(a2._handle, b2._handle, out._handle, m, n, p, ta, tb)
+            else:
+                dev.matmul(a2._handle, b2._handle, out._handle, m, n, p)
+            return out
         if b.ndim == 2 and a.shape[:-2] == batch:
             # (..., m, n) @ (n, p): fold the batch into the rows, one GEMM.
             a2 = a.compact()

@@ -102,8 +102,9 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
 cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
                                  const float *Bp, float *C, Py_ssize_t ldc, int add) noexcept nogil
-    ctypedef void (*nk_direct_fn)(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, const float *A, const float *B,
-                                  const float *Bp, float *C, float *work) noexcept nogil
+    ctypedef void (*nk_direct_fn)(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, const float *A, Py_ssize_t ars,
+                                  Py_ssize_t acs, const float *B, const float *Bp, float *C,
+                                  float *work) noexcept nogil
     ctypedef struct nk_gemm_kernel:
         const char *name
         int mr, nr, kc, mc, nc
@@ -115,6 +116,8 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     int nk_gemm_supported(int i)
     int nk_gemm_best()
     void nk_pack_a(const float *A, Py_ssize_t lda, Py_ssize_t mc, Py_ssize_t kc, int MR, float *Ap)
+    void nk_pack_bt(const float *Bt, Py_ssize_t ldbt, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
+                    float *Bp)
     void nk_pack_b(const float *B, Py_ssize_t ldb, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
                    float *Bp)
     void *nk_aligned_alloc(size_t nbytes)
@@ -847,11 +850,13 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, const float 
     return 0
 
 
-cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, const float *B, float *C, Py_ssize_t m,
-                      Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
-    """C = A @ B by kern.direct, the threads taking contiguous blocks of rows. A B bigger than
-    the in-place limit is first packed whole into column strips (A never is), unless A has too
-    few rows to repay that (16 x 8192 @ 8192 x 147: 129 GFLOP/s in place, 75 packed)."""
+cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars, Py_ssize_t acs, const float *B,
+                      bint b_trans, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
+    """C = A @ B by kern.direct, the threads taking contiguous blocks of rows; A's element (i, k)
+    is A[i * ars + k * acs], and B is row-major (n, p) or, with b_trans, the row-major (p, n)
+    array of its transpose. B is first packed whole into column strips when it is transposed,
+    or bigger than the in-place limit with enough rows of A to repay that (16 x 8192 @ 8192 x
+    147 ran at 129 GFLOP/s in place, 75 packed); A never is."""
     cdef Py_ssize_t per_thread = n * (kern.dnr + kern.dmr), blocks = (m + kern.dmr - 1) // kern.dmr, rows, r0
     cdef Py_ssize_t NR = kern.dnr, npan = (p + NR - 1) // NR, jp
     cdef int t
@@ -862,26 +867,35 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, const float *B
     cdef float *work = <float *>nk_aligned_alloc(nt * per_thread * sizeof(float))
     if work == NULL:
         return -1
-    if n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS:
+    if b_trans or (n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS):
         Bp = <float *>nk_aligned_alloc(n * npan * NR * sizeof(float))
         if Bp == NULL:
             free(work)
             return -1
         for jp in prange(npan, num_threads=nt, schedule="static"):
-            nk_pack_b(B, p, n, jp * NR, (jp + 1) * NR if (jp + 1) * NR < p else p, <int>NR, Bp)
+            if b_trans:
+                nk_pack_bt(B, n, n, jp * NR, (jp + 1) * NR if (jp + 1) * NR < p else p, <int>NR, Bp)
+            else:
+                nk_pack_b(B, p, n, jp * NR, (jp + 1) * NR if (jp + 1) * NR < p else p, <int>NR, Bp)
     if nt == 1:
         nk_note_thread(0)
-        kern.direct(m, n, p, A, B, Bp, C, work)
+        kern.direct(m, n, p, A, ars, acs, B, Bp, C, work)
     else:
         for t in prange(nt, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
             r0 = t * rows
             if r0 < m:
-                kern.direct(rows if rows < m - r0 else m - r0, n, p, A + r0 * n, B, Bp, C + r0 * p,
+                kern.direct(rows if rows < m - r0 else m - r0, n, p, A + r0 * ars, ars, acs, B, Bp, C + r0 * p,
                             work + t * per_thread)
     free(Bp)
     free(work)
     return 0
+
+
+cdef inline bint _direct_fits(Py_ssize_t n, Py_ssize_t p) noexcept nogil:
+    # (rows of B a multiple of 4 KB apart fall on the same cache sets when read in place:
+    # 2048 x 256 @ 256 x 1024 ran at 0.7x the packed kernel's speed)
+    return _direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS)
 
 
 cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
@@ -906,10 +920,8 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
     if m * n * p <= GEMM_SMALL:
         _gemm_small(A, B, C, m, n, p)
         return 0
-    # (rows of B a multiple of 4 KB apart fall on the same cache sets when read in place:
-    # 2048 x 256 @ 256 x 1024 ran at 0.7x the packed kernel's speed)
-    if _direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS):
-        return _gemm_direct(kern, A, B, C, m, n, p, nt)
+    if _direct_fits(n, p):
+        return _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
     if m <= kern.mc:
         return _gemm_few_rows(kern, A, B, C, m, n, p, nt)
     kc = kern.kc if kern.kc < n else n
@@ -993,6 +1005,60 @@ def matmul(a, b, out, m, n, p):
         err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
     if err:
         raise MemoryError("matmul: cannot allocate packing buffers")
+
+
+cdef void _transpose_into(const float *src, float *dst, Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
+    """dst (cols, rows) = src (rows, cols) transposed, in COPY_TILE blocks."""
+    cdef Py_ssize_t i0 = 0, j0, i, j, tile = COPY_TILE
+    while i0 < rows:
+        j0 = 0
+        while j0 < cols:
+            for i in range(i0, i0 + tile if i0 + tile < rows else rows):
+                for j in range(j0, j0 + tile if j0 + tile < cols else cols):
+                    dst[j * rows + i] = src[i * cols + j]
+            j0 += tile
+        i0 += tile
+
+
+def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
+    """out (m, p) = A @ B, where a holds A (m, n) row-major or, with trans_a, the row-major (n, m)
+    array A is the transpose of; likewise b holds B (n, p) or, with trans_b, a (p, n) array. The
+    backward pass's products with a transposed operand (dY @ W^T, X^T @ dY) read it as it is
+    where the direct kernel serves the shape, instead of a transposed copy first."""
+    cdef Array A = _arr("matmul_t", "a", a)
+    cdef Array B = _arr("matmul_t", "b", b)
+    cdef Array O = _arr("matmul_t", "out", out)
+    m, n, p = _check_dims("matmul_t", (("m", m), ("n", n), ("p", p)))
+    _check_matmul("matmul_t", A, B, O, m, n, p)
+    cdef Py_ssize_t cm = m, cn = n, cp = p
+    cdef bint ta = bool(trans_a), tb = bool(trans_b)
+    cdef int nt = _threads_for(2 * cm * cn * cp // 64), err = 0
+    cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
+    cdef float *At = NULL
+    cdef float *Bt = NULL
+    nk_reset_threads()
+    with nogil:
+        if not ta and not tb:
+            err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
+        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cn, cp):
+            err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
+        else:  # the packed kernel takes row-major operands: transpose copies first
+            if ta:
+                At = <float *>nk_aligned_alloc(cm * cn * sizeof(float))
+            if tb:
+                Bt = <float *>nk_aligned_alloc(cn * cp * sizeof(float))
+            if (ta and At == NULL) or (tb and Bt == NULL):
+                err = -1
+            else:
+                if ta:
+                    _transpose_into(A.data, At, cn, cm)
+                if tb:
+                    _transpose_into(B.data, Bt, cp, cn)
+                err = _gemm(At if ta else A.data, Bt if tb else B.data, O.data, cm, cn, cp, nt)
+            free(At)
+            free(Bt)
+    if err:
+        raise MemoryError("matmul_t: cannot allocate packing buffers")
 
 
 def matmul_batched(a, b, out, batch, m, n, p):

@@ -27,8 +27,8 @@
 typedef void (*nk_macro_fn)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc, const float *Ap,
                             const float *Bp, float *C, ptrdiff_t ldc, int add);
 
-typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, const float *B,
-                             const float *Bp, float *C, float *work);
+typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, ptrdiff_t ars,
+                             ptrdiff_t acs, const float *B, const float *Bp, float *C, float *work);
 
 typedef struct {
     const char *name;
@@ -111,25 +111,43 @@ typedef struct {
  * partial strip of columns and the last, partial block of rows are copied (zero-padded)
  * into ``work``, which holds n * (NR + DMR) floats. A B too big for L2 comes as ``Bp``, its
  * NR-column strips packed whole by nk_pack_b (strip j0 at Bp + j0 * n): the strips are then
- * read sequentially and aligned whatever B's row length (NULL: B is read in place). */
+ * read sequentially and aligned whatever B's row length (NULL: B is read in place). A's
+ * element (i, k) is at A[i * ars + k * acs]: (n, 1) for a row-major A, (1, m) for the
+ * transpose of a row-major (n, m) array, read as it is. */
 #define NK_DEFINE_GEMM_DIRECT(NAME, ATTR, W, DMR, NV)                                            \
     typedef float NK_CAT(nk_dvec_, NAME) __attribute__((vector_size(4 * (W))));               \
     ATTR static inline void NK_CAT(nk_dmicro_, NAME)(ptrdiff_t n, const float *restrict A,     \
-                                                     ptrdiff_t lda, const float *restrict B,    \
-                                                     ptrdiff_t ldb, float *restrict C,          \
-                                                     ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr) \
+                                                     ptrdiff_t ars, ptrdiff_t acs,              \
+                                                     const float *restrict B, ptrdiff_t ldb,    \
+                                                     float *restrict C, ptrdiff_t ldc,          \
+                                                     ptrdiff_t mr, ptrdiff_t nr)                \
     {                                                                                           \
         typedef NK_CAT(nk_dvec_, NAME) vec;                                                     \
         vec acc[DMR][NV];                                                                       \
         _Pragma("GCC unroll 8") for (int i = 0; i < (DMR); i++)                                 \
             _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] = (vec){0};        \
-        for (ptrdiff_t k = 0; k < n; k++) {                                                     \
-            vec b[NV];                                                                          \
-            _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                              \
-                memcpy(&b[j], B + k * ldb + j * (W), sizeof(vec));                              \
-            _Pragma("GCC unroll 8") for (int i = 0; i < (DMR); i++) {                           \
-                const float a = A[i * lda + k];                                                 \
-                _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] += a * b[j];   \
+        /* the same loop twice, so the row-major case keeps its constant stride of 1 */         \
+        if (acs == 1) {                                                                         \
+            for (ptrdiff_t k = 0; k < n; k++) {                                                 \
+                vec b[NV];                                                                      \
+                _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                          \
+                    memcpy(&b[j], B + k * ldb + j * (W), sizeof(vec));                          \
+                _Pragma("GCC unroll 8") for (int i = 0; i < (DMR); i++) {                       \
+                    const float a = A[i * ars + k];                                          \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                      \
+                        acc[i][j] += a * b[j];                                                  \
+                }                                                                               \
+            }                                                                                   \
+        } else {                                                                                \
+            for (ptrdiff_t k = 0; k < n; k++) {                                                 \
+                vec b[NV];                                                                      \
+                _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                          \
+                    memcpy(&b[j], B + k * ldb + j * (W), sizeof(vec));                          \
+                _Pragma("GCC unroll 8") for (int i = 0; i < (DMR); i++) {                       \
+                    const float a = A[i * ars + k * acs];                                          \
+                    _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++)                      \
+                        acc[i][j] += a * b[j];                                                  \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
         float tile[(DMR) * (NV) * (W)];                                                         \
@@ -138,8 +156,9 @@ typedef struct {
             memcpy(C + i * ldc, tile + i * (NV) * (W), (size_t)nr * sizeof(float));             \
     }                                                                                           \
     ATTR static void NK_CAT(nk_direct_, NAME)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p,           \
-                                              const float *A, const float *B, const float *Bp,  \
-                                              float *C, float *work)                            \
+                                              const float *A, ptrdiff_t ars, ptrdiff_t acs,     \
+                                              const float *B, const float *Bp, float *C,        \
+                                              float *work)                                      \
     {                                                                                           \
         const ptrdiff_t NR = (NV) * (W);                                                        \
         float *Bw = work, *Aw = work + n * NR;                                                  \
@@ -151,20 +170,22 @@ typedef struct {
                 memset(Bw + k * NR + nr, 0, (size_t)(NR - nr) * sizeof(float));                  \
             }                                                                                   \
         }                                                                                       \
-        if (mr) { /* the last rows, zero-padded to a whole block */                             \
+        if (mr) { /* the last rows, zero-padded to a whole block, row-major */                  \
             memset(Aw, 0, (size_t)((DMR) * n) * sizeof(float));                                 \
-            memcpy(Aw, A + mfull * n, (size_t)(mr * n) * sizeof(float));                        \
+            for (ptrdiff_t i = 0; i < mr; i++)                                                  \
+                for (ptrdiff_t k = 0; k < n; k++) Aw[i * n + k] = A[(mfull + i) * ars + k * acs]; \
         }                                                                                       \
         /* rows outside, strips inside: each block of A is read from memory once and reused   \
          * from L1 across the strips, while B (small, by the caller's choice) stays in L2 */   \
         for (ptrdiff_t ir = 0; ir < m; ir += (DMR)) {                                           \
-            const float *Ar = ir < mfull ? A + ir * n : Aw;                                     \
-            ptrdiff_t rows = ir < mfull ? (DMR) : mr;                                           \
+            int full = ir < mfull;                                                              \
+            const float *Ar = full ? A + ir * ars : Aw;                                         \
+            ptrdiff_t rs = full ? ars : n, cs = full ? acs : 1, rows = full ? (DMR) : mr;       \
             for (ptrdiff_t jr = 0; jr < pfull; jr += NR)                                        \
-                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, Bp ? Bp + jr * n : B + jr, Bp ? NR : p,      \
+                NK_CAT(nk_dmicro_, NAME)(n, Ar, rs, cs, Bp ? Bp + jr * n : B + jr, Bp ? NR : p, \
                                          C + ir * p + jr, p, rows, NR);                         \
             if (nr)                                                                             \
-                NK_CAT(nk_dmicro_, NAME)(n, Ar, n, Bp ? Bp + pfull * n : Bw, NR,                \
+                NK_CAT(nk_dmicro_, NAME)(n, Ar, rs, cs, Bp ? Bp + pfull * n : Bw, NR,           \
                                          C + ir * p + pfull, p, rows, nr);                      \
         }                                                                                       \
     }
@@ -240,6 +261,21 @@ static void nk_pack_b(const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t j0,
         float *dst = Bp + jr * kc;
         for (ptrdiff_t k = 0; k < kc; k++) {
             memcpy(dst + k * NR, B + k * ldb + jr, (size_t)nr * sizeof(float));
+            for (ptrdiff_t j = nr; j < NR; j++) dst[k * NR + j] = 0.0f;
+        }
+    }
+}
+
+/* The same panels from Bt, the row-major (p, ldbt) transpose of B: B's element (k, j) is
+ * Bt[j * ldbt + k]. */
+static void nk_pack_bt(const float *Bt, ptrdiff_t ldbt, ptrdiff_t kc, ptrdiff_t j0, ptrdiff_t j1, int NR,
+                       float *Bp)
+{
+    for (ptrdiff_t jr = j0; jr < j1; jr += NR) {
+        ptrdiff_t nr = j1 - jr < NR ? j1 - jr : NR;
+        float *dst = Bp + jr * kc;
+        for (ptrdiff_t k = 0; k < kc; k++) {
+            for (ptrdiff_t j = 0; j < nr; j++) dst[k * NR + j] = Bt[(jr + j) * ldbt + k];
             for (ptrdiff_t j = nr; j < NR; j++) dst[k * NR + j] = 0.0f;
         }
     }

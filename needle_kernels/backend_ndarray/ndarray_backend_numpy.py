@@ -186,6 +186,16 @@ def matmul(a, b, out, m, n, p):
     out.array[:] = (a.array.reshape(m, n) @ b.array.reshape(n, p)).ravel()
 
 
+def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
+    """out (m, p) = A @ B, where a holds A (m, n) row-major or, when trans_a, the row-major (n, m)
+    array whose transpose A is; likewise b holds B (n, p) or, when trans_b, a (p, n) array (an
+    extension: NDArray multiplies a transposed view with it instead of copying it first)."""
+    _check_matmul("matmul_t", a, b, out, m, n, p)
+    A = a.array.reshape(n, m).T if trans_a else a.array.reshape(m, n)
+    B = b.array.reshape(p, n).T if trans_b else b.array.reshape(n, p)
+    out.array[:] = (A @ B).ravel()
+
+
 def matmul_batched(a, b, out, batch, m, n, p):
     """out[k] (m, p) = a[k] (m, n) @ b[k] (n, p) for k < batch (an extension used by NDArray's batched @)."""
     _check_matmul("matmul_batched", a, b, out, m, n, p, batch)
