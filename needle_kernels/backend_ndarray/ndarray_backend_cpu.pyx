@@ -116,6 +116,7 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     int nk_gemm_supported(int i)
     int nk_gemm_best()
     void nk_pack_a(const float *A, Py_ssize_t lda, Py_ssize_t mc, Py_ssize_t kc, int MR, float *Ap)
+    void nk_pack_at(const float *At, Py_ssize_t ldat, Py_ssize_t mc, Py_ssize_t kc, int MR, float *Ap)
     void nk_pack_bt(const float *Bt, Py_ssize_t ldbt, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
                     float *Bp)
     void nk_pack_b(const float *B, Py_ssize_t ldb, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
@@ -789,19 +790,29 @@ cdef void _gemm_small(const float *A, const float *B, float *C, Py_ssize_t m, Py
                 C[i * p + j] += av * B[k * p + j]
 
 
-cdef inline void _gemm_rows(const nk_gemm_kernel *kern, const float *A, float *C, float *Ap, const float *Bp,
-                            Py_ssize_t i0, Py_ssize_t mcur, Py_ssize_t n, Py_ssize_t p, Py_ssize_t kc,
-                            Py_ssize_t nc, Py_ssize_t jc, Py_ssize_t ncur) noexcept nogil:
+cdef inline void _pack_a(const nk_gemm_kernel *kern, const float *A, bint at, Py_ssize_t m, Py_ssize_t n,
+                         Py_ssize_t i0, Py_ssize_t mcur, Py_ssize_t pc, Py_ssize_t kcur, float *Ap) noexcept nogil:
+    """Pack rows i0..i0+mcur, columns pc..pc+kcur of A: row-major (m, n), or (at) stored as the
+    row-major (n, m) array of its transpose, read as it is."""
+    if at:
+        nk_pack_at(A + pc * m + i0, m, mcur, kcur, kern.mr, Ap)
+    else:
+        nk_pack_a(A + i0 * n + pc, n, mcur, kcur, kern.mr, Ap)
+
+
+cdef inline void _gemm_rows(const nk_gemm_kernel *kern, const float *A, bint at, Py_ssize_t m, float *C, float *Ap,
+                            const float *Bp, Py_ssize_t i0, Py_ssize_t mcur, Py_ssize_t n, Py_ssize_t p,
+                            Py_ssize_t kc, Py_ssize_t nc, Py_ssize_t jc, Py_ssize_t ncur) noexcept nogil:
     """Rows i0..i0+mcur of C[:, jc:jc+ncur] (+)= A @ B, one KC slice at a time, from the packed B."""
     cdef Py_ssize_t pc = 0, kcur
     while pc < n:
         kcur = kc if kc < n - pc else n - pc
-        nk_pack_a(A + i0 * n + pc, n, mcur, kcur, kern.mr, Ap)
+        _pack_a(kern, A, at, m, n, i0, mcur, pc, kcur, Ap)
         kern.macro(mcur, ncur, kcur, Ap, Bp + pc * nc, C + i0 * p + jc, p, pc > 0)
         pc += kc
 
 
-cdef void _gemm_band(const nk_gemm_kernel *kern, const float *A, const float *B, float *C, Py_ssize_t m,
+cdef void _gemm_band(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
                      Py_ssize_t n, Py_ssize_t p, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t ncur,
                      float *Ap, float *Bp) noexcept nogil:
     """C[:, j0:j0+ncur] = A @ B[:, j0:j0+ncur] for m <= MC rows, one KC slice at a time: the slice
@@ -810,12 +821,12 @@ cdef void _gemm_band(const nk_gemm_kernel *kern, const float *A, const float *B,
     while pc < n:
         kcur = kc if kc < n - pc else n - pc
         nk_pack_b(B + pc * p + j0, p, kcur, 0, ncur, kern.nr, Bp)
-        nk_pack_a(A + pc, n, m, kcur, kern.mr, Ap)
+        _pack_a(kern, A, at, m, n, 0, m, pc, kcur, Ap)
         kern.macro(m, ncur, kcur, Ap, Bp, C + j0, p, pc > 0)
         pc += kc
 
 
-cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, const float *B, float *C, Py_ssize_t m,
+cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
                         Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
     """C = A @ B when A has at most MC rows (a weight gradient X^T @ G, a small batch times a
     wide layer): the threads split the columns of C into bands instead of its few rows, so each
@@ -839,12 +850,12 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, const float 
     if nt == 1:
         nk_note_thread(0)
         for jb in range(nbands):
-            _gemm_band(kern, A, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
+            _gemm_band(kern, A, at, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
                        buf, buf + apsize)
     else:
         for jb in prange(nbands, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            _gemm_band(kern, A, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
+            _gemm_band(kern, A, at, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
                        buf + threadid() * per, buf + threadid() * per + apsize)
     free(buf)
     return 0
@@ -857,13 +868,14 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
     array of its transpose. B is first packed whole into column strips when it is transposed,
     or bigger than the in-place limit with enough rows of A to repay that (16 x 8192 @ 8192 x
     147 ran at 129 GFLOP/s in place, 75 packed); A never is."""
-    cdef Py_ssize_t per_thread = n * (kern.dnr + kern.dmr), blocks = (m + kern.dmr - 1) // kern.dmr, rows, r0
+    cdef Py_ssize_t per_thread = n * (kern.dnr + kern.dmr + 16), blocks = (m + kern.dmr - 1) // kern.dmr, rows, r0
     cdef Py_ssize_t NR = kern.dnr, npan = (p + NR - 1) // NR, jp
     cdef int t
     cdef float *Bp = NULL
     if nt > blocks:
         nt = <int>blocks
-    rows = (blocks + nt - 1) // nt * kern.dmr
+    # whole groups of 16 rows per thread (a transposed A is gathered in those)
+    rows = ((blocks + nt - 1) // nt * kern.dmr + 15) // 16 * 16
     cdef float *work = <float *>nk_aligned_alloc(nt * per_thread * sizeof(float))
     if work == NULL:
         return -1
@@ -922,8 +934,18 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
         return 0
     if _direct_fits(n, p):
         return _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
+    return _gemm_packed(kern, A, False, B, C, m, n, p, nt)
+
+
+cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
+                      Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
+    """The packed kernel of _gemm for m, n, p >= 1; A row-major, or (at) stored as its transpose."""
+    cdef int MR = kern.mr, NR = kern.nr
+    cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
+    cdef float *Bp
+    cdef float *Ap_all
     if m <= kern.mc:
-        return _gemm_few_rows(kern, A, B, C, m, n, p, nt)
+        return _gemm_few_rows(kern, A, at, B, C, m, n, p, nt)
     kc = kern.kc if kern.kc < n else n
     # B is packed a whole column chunk at a time (all of it, unless that
     # would take more than GEMM_PACK_MAX floats), so the threads meet only
@@ -961,7 +983,7 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
                 pc = it * kc
                 nk_pack_b(B + pc * p + jc, p, kc if kc < n - pc else n - pc, 0, ncur, NR, Bp + pc * nc)
             for ib in range(nb):
-                _gemm_rows(kern, A, C, Ap_all, Bp, ib * mc, mc if mc < m - ib * mc else m - ib * mc,
+                _gemm_rows(kern, A, at, m, C, Ap_all, Bp, ib * mc, mc if mc < m - ib * mc else m - ib * mc,
                            n, p, kc, nc, jc, ncur)
         else:
             with parallel(num_threads=nt):
@@ -973,7 +995,7 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
                               (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, NR, Bp + pc * nc)
                 # dynamic: a thread that gets its core back late takes fewer row blocks
                 for ib in prange(nb, schedule="dynamic"):
-                    _gemm_rows(kern, A, C, Ap_all + threadid() * mc * kc, Bp, ib * mc,
+                    _gemm_rows(kern, A, at, m, C, Ap_all + threadid() * mc * kc, Bp, ib * mc,
                                mc if mc < m - ib * mc else m - ib * mc, n, p, kc, nc, jc, ncur)
         jc += nc
     free(Bp)

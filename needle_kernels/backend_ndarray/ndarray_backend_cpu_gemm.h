@@ -109,11 +109,14 @@ typedef struct {
  * short (DMR = 4 rows), so a batch of 16 or a width of 100 wastes little of it; with the
  * operands in L1/L2 the kernel is bound by its FMAs, not by the broadcasts. Only the last,
  * partial strip of columns and the last, partial block of rows are copied (zero-padded)
- * into ``work``, which holds n * (NR + DMR) floats. A B too big for L2 comes as ``Bp``, its
+ * into ``work``, which holds n * (NR + DMR + NK_DIRECT_GROUP) floats. A B too big for L2 comes as ``Bp``, its
  * NR-column strips packed whole by nk_pack_b (strip j0 at Bp + j0 * n): the strips are then
  * read sequentially and aligned whatever B's row length (NULL: B is read in place). A's
  * element (i, k) is at A[i * ars + k * acs]: (n, 1) for a row-major A, (1, m) for the
- * transpose of a row-major (n, m) array, read as it is. */
+ * transpose of a row-major (n, m) array; the rows of such an A are gathered
+ * NK_DIRECT_GROUP at a time, k-major (a whole cache line per k, read and written in
+ * order: rows of a row-major copy would lie a power of two apart for n = 16384). */
+#define NK_DIRECT_GROUP 16
 #define NK_DEFINE_GEMM_DIRECT(NAME, ATTR, W, DMR, NV)                                            \
     typedef float NK_CAT(nk_dvec_, NAME) __attribute__((vector_size(4 * (W))));               \
     ATTR static inline void NK_CAT(nk_dmicro_, NAME)(ptrdiff_t n, const float *restrict A,     \
@@ -177,10 +180,22 @@ typedef struct {
         }                                                                                       \
         /* rows outside, strips inside: each block of A is read from memory once and reused   \
          * from L1 across the strips, while B (small, by the caller's choice) stays in L2 */   \
+        float *Ag = Aw + (DMR) * n;                                                             \
         for (ptrdiff_t ir = 0; ir < m; ir += (DMR)) {                                           \
             int full = ir < mfull;                                                              \
             const float *Ar = full ? A + ir * ars : Aw;                                         \
             ptrdiff_t rs = full ? ars : n, cs = full ? acs : 1, rows = full ? (DMR) : mr;       \
+            if (full && acs != 1) {                                                             \
+                ptrdiff_t g0 = ir / NK_DIRECT_GROUP * NK_DIRECT_GROUP, gi = ir - g0;            \
+                ptrdiff_t gr = mfull - g0 < NK_DIRECT_GROUP ? mfull - g0 : NK_DIRECT_GROUP;     \
+                if (gi == 0) /* gather this group's rows, k-major */                            \
+                    for (ptrdiff_t k = 0; k < n; k++)                                           \
+                        for (ptrdiff_t i = 0; i < gr; i++)                                      \
+                            Ag[k * NK_DIRECT_GROUP + i] = A[(g0 + i) * ars + k * acs];          \
+                Ar = Ag + gi;                                                                   \
+                rs = 1;                                                                         \
+                cs = NK_DIRECT_GROUP;                                                           \
+            }                                                                                   \
             for (ptrdiff_t jr = 0; jr < pfull; jr += NR)                                        \
                 NK_CAT(nk_dmicro_, NAME)(n, Ar, rs, cs, Bp ? Bp + jr * n : B + jr, Bp ? NR : p, \
                                          C + ir * p + jr, p, rows, NR);                         \
@@ -262,6 +277,20 @@ static void nk_pack_b(const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t j0,
         for (ptrdiff_t k = 0; k < kc; k++) {
             memcpy(dst + k * NR, B + k * ldb + jr, (size_t)nr * sizeof(float));
             for (ptrdiff_t j = nr; j < NR; j++) dst[k * NR + j] = 0.0f;
+        }
+    }
+}
+
+/* The same panels as nk_pack_a from At, the row-major (n, ldat) array A is the transpose
+ * of (A's element (i, k) is At[k * ldat + i]): each k copies MR contiguous floats. */
+static void nk_pack_at(const float *At, ptrdiff_t ldat, ptrdiff_t mc, ptrdiff_t kc, int MR, float *Ap)
+{
+    for (ptrdiff_t ir = 0; ir < mc; ir += MR) {
+        ptrdiff_t mr = mc - ir < MR ? mc - ir : MR;
+        float *dst = Ap + ir * kc;
+        for (ptrdiff_t k = 0; k < kc; k++) {
+            memcpy(dst + k * MR, At + k * ldat + ir, (size_t)mr * sizeof(float));
+            for (int i = (int)mr; i < MR; i++) dst[k * MR + i] = 0.0f;
         }
     }
 }
