@@ -1064,7 +1064,9 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
             err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
         elif cm * cn * cp > GEMM_SMALL and _direct_fits(cn, cp):
             err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
-        else:  # the packed kernel takes row-major operands: transpose copies first
+        elif cm * cn * cp > GEMM_SMALL and not tb:  # the packed kernel packs a transposed A as it is
+            err = _gemm_packed(kern, A.data, True, B.data, O.data, cm, cn, cp, nt)
+        else:  # the packed kernel takes a row-major B: a transposed copy first
             if ta:
                 At = <float *>nk_aligned_alloc(cm * cn * sizeof(float))
             if tb:
