@@ -134,8 +134,9 @@ cdef enum:
     COPY_TILE = 32
     # Below this many multiply-adds the packing costs more than it saves.
     GEMM_SMALL = 4096
-    # The direct kernel (kern.direct) never packs A. A product whose B has at most this many
-    # floats (1 MB, an L2 here) reads B in place too: B stays in L2 while A streams past once.
+    # The direct kernel (kern.direct) reads a row-major A in place. A product whose B has at
+    # most this many floats (1 MB, an L2 here) reads B in place too: B stays in L2 while A
+    # streams past once.
     # Measured here against the packed kernel it was 1.05-4x faster on such shapes, from
     # 16x400x100 (an LSTM step) to 16384x576x64 (a 3x3 convolution's im2col product).
     GEMM_DIRECT_B = 1 << 18
@@ -867,7 +868,8 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
     is A[i * ars + k * acs], and B is row-major (n, p) or, with b_trans, the row-major (p, n)
     array of its transpose. B is first packed whole into column strips when it is transposed,
     or bigger than the in-place limit with enough rows of A to repay that (16 x 8192 @ 8192 x
-    147 ran at 129 GFLOP/s in place, 75 packed); A never is."""
+    147 ran at 129 GFLOP/s in place, 75 packed). A row-major A is read in place; a transposed
+    one is gathered 16 rows at a time (see nk_direct in the gemm header)."""
     cdef Py_ssize_t per_thread = n * (kern.dnr + kern.dmr + 16), blocks = (m + kern.dmr - 1) // kern.dmr, rows, r0
     cdef Py_ssize_t NR = kern.dnr, npan = (p + NR - 1) // NR, jp
     cdef int t
