@@ -13,8 +13,8 @@ keeps its history), then walks the graph from the outputs:
 ``nn.Embedding`` reads its indices on the host, outside the graph; while
 tracing, its forward is replaced by an op that takes the indices as an input,
 so the graph works for any tokens. While tracing, ``autograd.TRACING`` is set, and
-modules with fused kernels (``nn.LSTMCell``) build the generic ops this graph's
-passes and the ONNX exporter know. Trace a module in ``eval()`` mode:
+modules with fused kernels (``nn.LSTMCell``, ``nn.Linear``) build the generic ops this
+graph's passes and the ONNX exporter know. Trace a module in ``eval()`` mode:
 dropout masks and batch statistics of the example batch would otherwise be
 frozen into the graph.
 """
