@@ -29,7 +29,7 @@ import numpy as np
 
 cimport openmp
 from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport logf, tanhf
+from libc.math cimport logf
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
@@ -116,9 +116,6 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     int nk_gemm_supported(int i)
     int nk_gemm_best()
     void nk_pack_a(const float *A, Py_ssize_t lda, Py_ssize_t mc, Py_ssize_t kc, int MR, float *Ap)
-    void nk_pack_at(const float *At, Py_ssize_t ldat, Py_ssize_t mc, Py_ssize_t kc, int MR, float *Ap)
-    void nk_pack_bt(const float *Bt, Py_ssize_t ldbt, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
-                    float *Bp)
     void nk_pack_b(const float *B, Py_ssize_t ldb, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
                    float *Bp)
     void *nk_aligned_alloc(size_t nbytes)
@@ -795,8 +792,8 @@ cdef inline void _pack_a(const nk_gemm_kernel *kern, const float *A, bint at, Py
                          Py_ssize_t i0, Py_ssize_t mcur, Py_ssize_t pc, Py_ssize_t kcur, float *Ap) noexcept nogil:
     """Pack rows i0..i0+mcur, columns pc..pc+kcur of A: row-major (m, n), or (at) stored as the
     row-major (n, m) array of its transpose, read as it is."""
-    if at:
-        nk_pack_at(A + pc * m + i0, m, mcur, kcur, kern.mr, Ap)
+    if at:  # rows of A^T hold A's columns: A's row panels are nk_pack_b's column panels of A^T
+        nk_pack_b(A + pc * m + i0, m, kcur, 0, mcur, kern.mr, Ap)
     else:
         nk_pack_a(A + i0 * n + pc, n, mcur, kcur, kern.mr, Ap)
 
@@ -887,8 +884,9 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
             free(work)
             return -1
         for jp in prange(npan, num_threads=nt, schedule="static"):
-            if b_trans:
-                nk_pack_bt(B, n, n, jp * NR, (jp + 1) * NR if (jp + 1) * NR < p else p, <int>NR, Bp)
+            if b_trans:  # B's column strips are nk_pack_a's row panels of the stored B^T
+                nk_pack_a(B + jp * NR * n, n, ((jp + 1) * NR if (jp + 1) * NR < p else p) - jp * NR, n,
+                          <int>NR, Bp + jp * NR * n)
             else:
                 nk_pack_b(B, p, n, jp * NR, (jp + 1) * NR if (jp + 1) * NR < p else p, <int>NR, Bp)
     if nt == 1:

@@ -281,35 +281,6 @@ static void nk_pack_b(const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t j0,
     }
 }
 
-/* The same panels as nk_pack_a from At, the row-major (n, ldat) array A is the transpose
- * of (A's element (i, k) is At[k * ldat + i]): each k copies MR contiguous floats. */
-static void nk_pack_at(const float *At, ptrdiff_t ldat, ptrdiff_t mc, ptrdiff_t kc, int MR, float *Ap)
-{
-    for (ptrdiff_t ir = 0; ir < mc; ir += MR) {
-        ptrdiff_t mr = mc - ir < MR ? mc - ir : MR;
-        float *dst = Ap + ir * kc;
-        for (ptrdiff_t k = 0; k < kc; k++) {
-            memcpy(dst + k * MR, At + k * ldat + ir, (size_t)mr * sizeof(float));
-            for (int i = (int)mr; i < MR; i++) dst[k * MR + i] = 0.0f;
-        }
-    }
-}
-
-/* The same panels from Bt, the row-major (p, ldbt) transpose of B: B's element (k, j) is
- * Bt[j * ldbt + k]. */
-static void nk_pack_bt(const float *Bt, ptrdiff_t ldbt, ptrdiff_t kc, ptrdiff_t j0, ptrdiff_t j1, int NR,
-                       float *Bp)
-{
-    for (ptrdiff_t jr = j0; jr < j1; jr += NR) {
-        ptrdiff_t nr = j1 - jr < NR ? j1 - jr : NR;
-        float *dst = Bp + jr * kc;
-        for (ptrdiff_t k = 0; k < kc; k++) {
-            for (ptrdiff_t j = 0; j < nr; j++) dst[k * NR + j] = Bt[(jr + j) * ldbt + k];
-            for (ptrdiff_t j = nr; j < NR; j++) dst[k * NR + j] = 0.0f;
-        }
-    }
-}
-
 static void *nk_aligned_alloc(size_t bytes)
 {
     void *p = NULL;
