@@ -109,12 +109,14 @@ def test_thread_count_does_not_change_results(cpu):
 
 
 @pytest.mark.parametrize("m, n, p", [(5, 7, 3), (37, 300, 45), (260, 257, 130), (64, 1000, 64), (147, 300, 16),
-                                     (3, 40, 33), (1, 600, 1), (16, 400, 100)])
+                                     (3, 40, 33), (1, 600, 1), (16, 400, 100),
+                                     # deep enough for a transposed A to split its depth among threads
+                                     (16, 2100, 147), (5, 1025, 3)])
 @pytest.mark.parametrize("limit", [1 << 40, 1, 0], ids=["direct", "direct-strips", "packed"])
 def test_every_gemm_kernel(cpu, m, n, p, limit):
     """Each instruction set's packed and direct kernels (B in place, or packed into strips when
-    it is over the limit and A has 64 rows or more), on 1 and 2 threads, with rows and columns
-    that leave partial tiles."""
+    it is over the limit and A has 64 rows or more; a deep product of a transposed A split by
+    depth among the threads), on 1 and 2 threads, with rows and columns that leave partial tiles."""
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
     want = a @ b
