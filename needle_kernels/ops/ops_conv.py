@@ -139,6 +139,35 @@ def col2im(cols, image_shape, stride=1):
     return Col2Im(image_shape, stride)(cols)
 
 
+def _live_taps(size, k, stride, padding):
+    """``(lo, hi)``: the kernel rows lo..hi that read some row of an input ``size`` rows high
+    (the others fall on the zero padding for every output row); lo > hi when none does."""
+    out = (size + 2 * padding - k) // stride + 1
+    return max(0, padding - (out - 1) * stride), min(k - 1, size - 1 + padding)
+
+
+def _tap_plan(h, w, k, stride, padding):
+    """How Conv multiplies: ``(lo, hi, pad_width)``, kernel taps lo..hi (of both axes) of an NHWC
+    image padded by ``pad_width``.
+
+    On a small image most of a padded kernel can fall outside it: a 3x3 kernel with
+    padding 1 on a 1x1 image reads only its centre. Those taps multiply zeros, so the
+    kernel is cropped to the ones that read the image (when that block is square) and
+    the image is padded only as far as they reach: a ninth of the multiply-adds there.
+    """
+    whole = (0, k - 1, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    live = _live_taps(h, k, stride, padding)
+    if h + 2 * padding < k or w + 2 * padding < k or live != _live_taps(w, k, stride, padding) \
+            or live[0] > live[1] or live == (0, k - 1):
+        return whole  # all taps read the image, the live ones differ along H and W, or none does
+    lo, hi = live
+    # the last row a live tap reads is (out - 1) * stride + hi - padding; pad up to it (rows
+    # after it, if any, lie beyond the last whole window and are left out by its count)
+    widths = [(padding - lo, max(0, ((n + 2 * padding - k) // stride) * stride + hi - padding - (n - 1)))
+              for n in (h, w)]
+    return lo, hi, ((0, 0), widths[0], widths[1], (0, 0))
+
+
 class Conv(TensorOp):
     """out = conv(A, B): A (N, H, W, C_in) NHWC, B (K, K, C_in, C_out), zero padding p, stride s.
 
@@ -147,6 +176,8 @@ class Conv(TensorOp):
 
     With G = g as (N*Ho*Wo, C_out) and X the im2col matrix:
     dB = X^T @ G,  dA = crop(col2im(G @ B^T)), the transposes of the forward product.
+    Taps that only ever meet padding are left out of X and B (see ``_tap_plan``); their
+    entries of dB are zero.
     """
 
     def __init__(self, stride=1, padding=0):
@@ -161,14 +192,17 @@ class Conv(TensorOp):
                 f"conv: input {tuple(A.shape)} (N, H, W, C_in) and weight {tuple(B.shape)} "
                 "(K, K, C_in, C_out) do not match"
             )
-        p = self.padding
-        if p:
-            A = array_api.pad(A, ((0, 0), (p, p), (p, p), (0, 0)))
-        k, c_out = B.shape[0], B.shape[3]
-        view = _window_view(A, k, self.stride)
+        k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
+        lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
+        if any(any(pw) for pw in pad_width):
+            A = array_api.pad(A, pad_width)
+        if hi - lo + 1 < k:
+            B = B[lo:hi + 1, lo:hi + 1]
+        kl = hi - lo + 1
+        view = _window_view(A, kl, self.stride)
         n, ho, wo = view.shape[:3]
-        cols = array_api.reshape(view, (n * ho * wo, k * k * A.shape[3]))
-        out = cols @ array_api.reshape(B, (k * k * A.shape[3], c_out))
+        cols = array_api.reshape(view, (n * ho * wo, kl * kl * c_in))
+        out = cols @ array_api.reshape(B, (kl * kl * c_in, c_out))
         # the gradient needs exactly these arrays again: the node keeps them, not the op
         return SavedForBackward(array_api.reshape(out, (n, ho, wo, c_out)), (A, cols))
 
@@ -176,8 +210,9 @@ class Conv(TensorOp):
         A, B = node.inputs
         k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
         n, ho, wo = out_grad.shape[:3]
-        p = self.padding
-        pad_width = ((0, 0), (p, p), (p, p), (0, 0))
+        lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
+        kl, padded_image = hi - lo + 1, any(any(pw) for pw in pad_width)
+        taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
         grad2d = reshape(out_grad, (n * ho * wo, c_out))
         if node.saved is None:  # the node was built around a known output (make_with_data): compute them
             node.saved = self.compute(A.realize_cached_data(), B.realize_cached_data()).saved
@@ -186,58 +221,24 @@ class Conv(TensorOp):
         if B.requires_grad:
             # Rebuild the forward's im2col chain as graph nodes around the arrays
             # already computed, so dB stays differentiable with respect to A.
-            padded = Tensor.make_with_data(Pad(pad_width), [A], padded_data) if p else A
+            padded = Tensor.make_with_data(Pad(pad_width), [A], padded_data) if padded_image else A
             windows = Tensor.make_with_data(
-                Im2Col(k, self.stride), [padded], _window_view(padded_data, k, self.stride)
+                Im2Col(kl, self.stride), [padded], _window_view(padded_data, kl, self.stride)
             )
             cols = Tensor.make_with_data(Reshape(cols_data.shape), [windows], cols_data)
             # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
-            dB = reshape(transpose(transpose(grad2d) @ cols), B.shape)
+            dB = reshape(transpose(transpose(grad2d) @ cols), (kl, kl, c_in, c_out))
+            dB = Pad(taps)(dB) if kl < k else dB
         if A.requires_grad:  # not for an input image: col2im is the costly half
-            dcols = reshape(grad2d @ transpose(reshape(B, (k * k * c_in, c_out))), (n, ho, wo, k, k, c_in))
+            live = crop(B, taps) if kl < k else B
+            dcols = reshape(grad2d @ transpose(reshape(live, (kl * kl * c_in, c_out))), (n, ho, wo, kl, kl, c_in))
             dA = col2im(dcols, padded_data.shape, self.stride)
-            dA = crop(dA, pad_width) if p else dA
+            dA = crop(dA, pad_width) if padded_image else dA
         return dA, dB
 
 
-def _live_taps(size, k, stride, padding):
-    """``(lo, hi)``: the kernel rows lo..hi that read some row of an input ``size`` rows high;
-    the others fall on the zero padding for every output row."""
-    out = (size + 2 * padding - k) // stride + 1
-    return max(0, padding - (out - 1) * stride), min(k - 1, size - 1 + padding)
-
-
 def conv(a, b, stride=1, padding=1):
-    """``Conv(stride, padding)(a, b)``, without the kernel taps that only ever meet padding.
-
-    On a small image most of a padded kernel can fall outside it: a 3x3 kernel with
-    padding 1 on a 1x1 image reads its centre only. Then the kernel is cropped to the
-    taps that read the image (the cropped weight's gradient is zero-padded back) and
-    the image padded only where they reach, which is the same convolution with fewer
-    multiply-adds (a ninth of them in that example).
-    """
-    if len(a.shape) != 4 or len(b.shape) != 4 or b.shape[0] != b.shape[1] or stride < 1 or padding < 0:
-        return Conv(stride, padding)(a, b)  # it explains what is wrong
-    k, (h, w) = b.shape[0], a.shape[1:3]
-    if h + 2 * padding < k or w + 2 * padding < k:
-        return Conv(stride, padding)(a, b)
-    live = _live_taps(h, k, stride, padding)
-    if live != _live_taps(w, k, stride, padding) or live == (0, k - 1) or live[0] > live[1]:
-        return Conv(stride, padding)(a, b)  # all taps live, a non-square live block, or none
-    lo, hi = live
-    weight = crop(b, ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0)))
-    # rows (and columns) the cropped kernel reads, from padding - lo before the image to
-    # `end` after its first row: pad the image to exactly that (or crop what no tap reads)
-    widths = []
-    for size in (h, w):
-        end = ((size + 2 * padding - k) // stride) * stride + hi - padding
-        widths.append((padding - lo, end - (size - 1)))
-    image = a
-    if any(after < 0 for _, after in widths):
-        image = crop(image, ((0, 0),) + tuple((0, max(-after, 0)) for _, after in widths) + ((0, 0),))
-    if any(before or after > 0 for before, after in widths):
-        image = Pad(((0, 0),) + tuple((before, max(after, 0)) for before, after in widths) + ((0, 0),))(image)
-    return Conv(stride, 0)(image, weight)
+    return Conv(stride, padding)(a, b)
 
 
 def conv_transpose(a, b, stride=1, padding=0, output_padding=0):
