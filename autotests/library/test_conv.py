@@ -163,11 +163,60 @@ def test_conv_module_matches_reference(device):
     np.testing.assert_allclose(out, expected.transpose(0, 3, 1, 2), rtol=1e-4, atol=1e-5)
 
 
-def test_conv_module_gradients(device):
-    conv = ndl.nn.Conv(2, 2, 3, stride=2, device=device)
-    check_gradients(lambda x, w, b: ndl.transpose(
-        ndl.conv(ndl.transpose(x, (0, 2, 3, 1)), w, stride=2, padding=1) + ndl.broadcast_to(ndl.reshape(b, (1, 1, 1, 2)), (1, 2, 2, 2)),
-        (0, 3, 1, 2)), rand(1, 2, 4, 4), conv.weight.numpy(), conv.bias.numpy(), device=device)
+def np_conv_nchw(x, w, b=None, stride=1, padding=0):
+    out = np_conv(x.transpose(0, 2, 3, 1), w, stride, padding) + (0 if b is None else b)
+    return out.transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("stride, padding", [(1, 1), (2, 1), (2, 0)])
+def test_conv_nchw(device, stride, padding):
+    """nn.Conv's one op: forward, gradients of x, weight and bias, with and without the bias."""
+    check_op(lambda x, w, b: ndl.ops.conv_nchw(x, w, b, stride=stride, padding=padding),
+             lambda x, w, b: np_conv_nchw(x, w, b, stride, padding),
+             rand(2, 2, 5, 4), rand(3, 3, 2, 3), rand(3), device=device, rtol=1e-4, atol=1e-4)
+    check_op(lambda x, w: ndl.ops.conv_nchw(x, w, stride=stride, padding=padding),
+             lambda x, w: np_conv_nchw(x, w, None, stride, padding), rand(1, 2, 4, 4), rand(3, 3, 2, 2),
+             device=device, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_nchw_second_order(device):
+    conv = lambda x, w, b: ndl.ops.conv_nchw(x, w, b, stride=2, padding=1)
+    check_second_order(conv, rand(1, 2, 4, 4), rand(3, 3, 2, 2), rand(2), device=device, of=0, wrt=(1,))
+    check_second_order(conv, rand(1, 2, 4, 4), rand(3, 3, 2, 2), rand(2), device=device, of=1, wrt=(0,))
+
+
+def test_conv_nchw_checks_its_arguments(device):
+    x, w = ndl.Tensor(rand(1, 2, 4, 4), device=device), ndl.Tensor(rand(3, 3, 2, 3), device=device)
+    with pytest.raises(ValueError, match=r"bias of shape \(2,\) for 3 output channels"):
+        ndl.ops.conv_nchw(x, w, ndl.Tensor(rand(2), device=device))
+    with pytest.raises(ValueError, match="NCHW"):
+        ndl.ops.conv_nchw(ndl.Tensor(rand(2, 4, 4), device=device), w)
+
+
+def test_conv_modules_backward_without_recording(device):
+    # backward(create_graph=False) builds the gradient from unrecorded nodes: every gradient
+    # must still reach the first layer's weights and the input, as with create_graph=True
+    x = rand(2, 2, 6, 6)
+    grads = []
+    for create_graph in (True, False):
+        np.random.seed(1)
+        net = ndl.nn.Sequential(ndl.nn.Conv(2, 3, 3, device=device), ndl.nn.ReLU(), ndl.nn.Conv(3, 2, 3, stride=2, device=device))
+        xt = ndl.Tensor(x, device=device)
+        (net(xt) ** 2).sum().backward(create_graph=create_graph)
+        grads.append([xt.grad.numpy()] + [p.grad.numpy() for p in net.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_conv_module_is_the_generic_graph_in_one_op(device):
+    # the module's single op against the transposes, conv and broadcast add it stands for
+    layer = ndl.nn.Conv(2, 3, 3, stride=2, device=device)
+    x = rand(2, 2, 5, 5)
+    fused = layer(ndl.Tensor(x, device=device))
+    assert isinstance(fused.op, ndl.ops.ConvNCHW)
+    generic = ndl.transpose(ndl.conv(ndl.transpose(ndl.Tensor(x, device=device), (0, 2, 3, 1)), layer.weight, 2, 1)
+                            + ndl.broadcast_to(ndl.reshape(layer.bias, (1, 1, 1, 3)), (2, 3, 3, 3)), (0, 3, 1, 2))
+    np.testing.assert_allclose(fused.numpy(), generic.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_conv_module_channel_mismatch(device):

@@ -1,7 +1,7 @@
 """Convolution, transposed convolution and pooling modules (NCHW in and out, as torch)."""
 import math
 
-from .. import init, ops
+from .. import autograd, init, ops
 from ..autograd import Tensor
 from .nn_basic import Module, Parameter
 
@@ -16,7 +16,8 @@ class Conv(Module):
 
     weight (K, K, C_in, C_out), Kaiming uniform with fan_in = K*K*C_in and
     fan_out = K*K*C_out; bias (C_out,) uniform in +-1/sqrt(C_in*K*K). The op
-    works in NHWC, so the input and output are transposed (views, no copy).
+    works in NHWC, so the input and output are transposed (views, no copy); all
+    of it is one op, ``ops.conv_nchw``, except while ``compile`` traces the module.
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, bias=True, device=None, dtype="float32"):
@@ -40,6 +41,9 @@ class Conv(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         _check_nchw(self, x, self.in_channels)
+        if not autograd.TRACING:
+            return ops.conv_nchw(x, self.weight, self.bias, stride=self.stride, padding=self.kernel_size // 2)
+        # the generic ops, which compile and the ONNX exporter know
         nhwc = ops.transpose(x, (0, 2, 3, 1))
         out = ops.conv(nhwc, self.weight, stride=self.stride, padding=self.kernel_size // 2)
         if self.bias is not None:

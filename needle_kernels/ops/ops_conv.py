@@ -13,7 +13,7 @@ weight seen as ``(K*K*C_in, C_out)`` is the convolution.
 from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api, device_of, element_strides
 from ..shapes import normalize_axes
-from .ops_mathematic import Pad, Reshape, crop, reshape, transpose
+from .ops_mathematic import Pad, Reshape, crop, reshape, summation, transpose
 
 
 class Flip(TensorOp):
@@ -208,17 +208,22 @@ class Conv(TensorOp):
 
     def gradient(self, out_grad, node):
         A, B = node.inputs
+        if node.saved is None:  # the node was built around a known output (make_with_data): compute them
+            node.saved = self.compute(A.realize_cached_data(), B.realize_cached_data()).saved
+        return self.gradient_of(A, B, out_grad, node.saved, A.requires_grad, B.requires_grad)
+
+    def gradient_of(self, A, B, out_grad, saved, need_a, need_b):
+        """(dA, dB) for the NHWC Tensors A, B and the arrays ``saved`` by compute; None for a
+        gradient not needed (``need_a``, ``need_b``: A's is the costly half, with col2im)."""
         k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
         n, ho, wo = out_grad.shape[:3]
         lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
         kl, padded_image = hi - lo + 1, any(any(pw) for pw in pad_width)
         taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
         grad2d = reshape(out_grad, (n * ho * wo, c_out))
-        if node.saved is None:  # the node was built around a known output (make_with_data): compute them
-            node.saved = self.compute(A.realize_cached_data(), B.realize_cached_data()).saved
-        padded_data, cols_data = node.saved
+        padded_data, cols_data = saved
         dA = dB = None
-        if B.requires_grad:
+        if need_b:
             # Rebuild the forward's im2col chain as graph nodes around the arrays
             # already computed, so dB stays differentiable with respect to A.
             padded = Tensor.make_with_data(Pad(pad_width), [A], padded_data) if padded_image else A
@@ -229,7 +234,7 @@ class Conv(TensorOp):
             # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
             dB = reshape(transpose(transpose(grad2d) @ cols), (kl, kl, c_in, c_out))
             dB = Pad(taps)(dB) if kl < k else dB
-        if A.requires_grad:  # not for an input image: col2im is the costly half
+        if need_a:
             live = crop(B, taps) if kl < k else B
             dcols = reshape(grad2d @ transpose(reshape(live, (kl * kl * c_in, c_out))), (n, ho, wo, kl, kl, c_in))
             dA = col2im(dcols, padded_data.shape, self.stride)
@@ -239,6 +244,49 @@ class Conv(TensorOp):
 
 def conv(a, b, stride=1, padding=1):
     return Conv(stride, padding)(a, b)
+
+
+class ConvNCHW(TensorOp):
+    """What ``nn.Conv`` computes, in one op: NCHW x (N, C_in, H, W), weight (K, K, C_in, C_out)
+    and an optional bias (C_out,) give the NCHW
+
+        out = transpose(conv(transpose(x, (0, 2, 3, 1)), weight) + bias, (0, 3, 1, 2)),
+
+    with the transposes as views and the bias added by one kernel (``bias_add``) instead of
+    six graph nodes each way. The gradient is Conv's (twice differentiable like it), between
+    the same transposes; dbias = the sum of g over N, H and W.
+    """
+
+    def __init__(self, stride=1, padding=0):
+        self.conv = Conv(stride, padding)
+
+    def compute(self, x, weight, bias=None):
+        if x.ndim != 4:
+            raise ValueError(f"conv_nchw: needs an NCHW array, got shape {tuple(x.shape)}")
+        result = self.conv.compute(array_api.transpose(x, (0, 2, 3, 1)), weight)
+        out = result.output
+        if bias is not None:
+            if bias.shape != (out.shape[3],):
+                raise ValueError(f"conv_nchw: bias of shape {tuple(bias.shape)} for {out.shape[3]} output channels")
+            rows = array_api.reshape(out, (-1, out.shape[3]))
+            out = array_api.reshape(array_api.bias_add(rows, bias), out.shape)
+        return SavedForBackward(array_api.transpose(out, (0, 3, 1, 2)), result.saved)
+
+    def gradient(self, out_grad, node):
+        x, weight = node.inputs[0], node.inputs[1]
+        if node.saved is None:  # built around a known output (make_with_data)
+            node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
+        # (the transposed view of x is a graph node only to keep dweight differentiable in x)
+        d_nhwc, dw = self.conv.gradient_of(transpose(x, (0, 2, 3, 1)), weight, transpose(out_grad, (0, 2, 3, 1)),
+                                           node.saved, x.requires_grad, weight.requires_grad)
+        grads = (None if d_nhwc is None else transpose(d_nhwc, (0, 3, 1, 2)), dw)
+        if len(node.inputs) == 3:
+            grads += (summation(out_grad, (0, 2, 3)),)
+        return grads
+
+
+def conv_nchw(x, weight, bias=None, stride=1, padding=0):
+    return ConvNCHW(stride, padding)(x, weight) if bias is None else ConvNCHW(stride, padding)(x, weight, bias)
 
 
 def conv_transpose(a, b, stride=1, padding=0, output_padding=0):
