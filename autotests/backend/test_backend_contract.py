@@ -627,6 +627,10 @@ def test_lstm_cell(backend, ref, rows, hidden, scale, seed):
         module.lstm_cell(Z, C0, h, c, rows, hidden)
         module.lstm_cell_backward(Z, C0, DH, DC, dz, dc0, rows, hidden)
         results.append([get(module, a) for a in (h, c, dz, dc0)])
-    for a, b, truth in zip(*results, _lstm_float64(z, c0, dh, dc)):
-        close(a, b, rtol=1e-5, atol=1e-6)
+    # A gradient's factors 1 - tanh(x)^2 and s(1 - s) near saturation are differences of
+    # numbers within a few float32 ulps of 1: two correct tanh/sigmoid implementations may
+    # differ there by ~1e-7 absolute, which the incoming gradients (dh, dc) then multiply.
+    grad_scale = 1.0 + float(np.abs(dh).max(initial=0) + np.abs(dc).max(initial=0))
+    for k, (a, b, truth) in enumerate(zip(*results, _lstm_float64(z, c0, dh, dc))):
+        close(a, b, rtol=1e-5, atol=1e-6 * (grad_scale if k >= 2 else 1.0))
         close(b, truth.ravel(), rtol=1e-4, atol=1e-5)

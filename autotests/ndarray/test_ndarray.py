@@ -173,6 +173,24 @@ def test_scalar_and_unary_ops(device):
     close(a > 0.5, (x > 0.5).astype(np.float32))
 
 
+def test_elementwise_ops_keep_a_dense_transposed_layout(device):
+    # an NCHW view of NHWC memory (what a convolution hands the next layer): the kernels run
+    # over the buffer as it lies and the result has the same strides, no transposed copy
+    x = np.random.randn(2, 3, 4, 5).astype(np.float32)
+    y = np.random.randn(2, 3, 4, 5).astype(np.float32)
+    a, b = arr(x, device).permute((0, 3, 1, 2)), arr(y, device).permute((0, 3, 1, 2))
+    xt, yt = x.transpose(0, 3, 1, 2), y.transpose(0, 3, 1, 2)
+    for got, want in [(a + b, xt + yt), (a * 2.0, xt * 2.0), (a.exp(), np.exp(xt)), (a.maximum(0.0), np.maximum(xt, 0)),
+                      (nd.relu_backward(b, a), yt * (xt > 0))]:
+        assert got.strides == a.strides and got.shape == a.shape
+        close(got, want, 1e-5)
+    # different layouts, or a view that is not the whole buffer: compact results, as before
+    close(a + arr(xt, device), xt + xt)
+    sliced = arr(x, device).permute((0, 3, 1, 2))[:, 1:]
+    assert (sliced * 2.0).strides == (sliced * 2.0).compact().strides
+    close(sliced * 2.0, xt[:, 1:] * 2.0)
+
+
 # ------------------------------------------------------------------ reductions
 @given(shape=shapes, data=st.data())
 def test_reductions_over_any_axes(device, shape, data):

@@ -238,6 +238,25 @@ class NDArray:
         """Row-major, offset 0 and covering the whole buffer: what kernels take as input."""
         return self._offset == 0 and self._handle.size == math.prod(self._shape) and self.is_contiguous()
 
+    def _is_dense(self):
+        """Whether this view holds every element of its buffer once, from offset 0, in some
+        axis order (a transpose of a compact array, such as an NCHW view of NHWC memory).
+        Element-wise kernels run over such a buffer as it lies, and their result takes the
+        same strides, as numpy's and PyTorch's do, instead of a transposed copy first."""
+        if self._offset != 0 or self._handle.size != math.prod(self._shape):
+            return False
+        expect = 1
+        for stride, n in sorted(zip(self._strides, self._shape)):
+            if n != 1:
+                if stride != expect:
+                    return False
+                expect *= n
+        return True
+
+    def _empty_like_dense(self):
+        """A new buffer in this dense view's layout (see _is_dense)."""
+        return NDArray._alias(self._shape, self._strides, self._device, self._device.Array(self._handle.size), 0)
+
     def _copy_into(self, out):
         shape, strides = _kernel_view(self._shape, self._strides)
         self.device.compact(self._handle, out._handle, shape, strides, self._offset)
@@ -418,12 +437,17 @@ class NDArray:
         dev = self._device
         # exact float/int first: the numbers.Real ABC check costs more than many kernels
         if type(other) in _PLAIN_SCALARS or (type(other) is not NDArray and isinstance(other, numbers.Real)):
-            out = NDArray._new(self._shape, dev)
-            (getattr(dev, scalar) if type(scalar) is str else scalar)(self.compact()._handle, float(other), out._handle)
+            src, out = self._same_layout_out()
+            (getattr(dev, scalar) if type(scalar) is str else scalar)(src._handle, float(other), out._handle)
             return out
         if type(other) is not NDArray or other._device is not dev:
             other = self._coerce(other)
         if other._shape == self._shape:
+            if other._strides == self._strides and self._strides != compact_strides(self._shape) \
+                    and self._is_dense() and other._is_dense():
+                out = self._empty_like_dense()  # two views in one dense layout: kernel over the buffers
+                (getattr(dev, ewise) if type(ewise) is str else ewise)(self._handle, other._handle, out._handle)
+                return out
             a, b, out_shape = self, other, self._shape
         else:
             out_shape = broadcast_shapes(self._shape, other._shape)
@@ -433,9 +457,18 @@ class NDArray:
         (getattr(dev, ewise) if type(ewise) is str else ewise)(a.compact()._handle, b.compact()._handle, out._handle)
         return out
 
+    def _same_layout_out(self):
+        """``(src, out)`` for a one-input element-wise kernel: this array itself and a new one
+        of its strides when it is dense (see _is_dense), else its compact copy and a compact out."""
+        if self._offset == 0 and self._strides == compact_strides(self._shape) and self._handle.size == math.prod(self._shape):
+            return self, NDArray._new(self._shape, self._device)
+        if self._is_dense():
+            return self, self._empty_like_dense()
+        return self.compact(), NDArray._new(self._shape, self._device)
+
     def _unary(self, kernel):
-        out = NDArray._new(self._shape, self._device)
-        getattr(self.device, kernel)(self.compact()._handle, out._handle)
+        src, out = self._same_layout_out()
+        getattr(self.device, kernel)(src._handle, out._handle)
         return out
 
     def __add__(self, other):

@@ -276,12 +276,15 @@ class ConvNCHW(TensorOp):
         x, weight = node.inputs[0], node.inputs[1]
         if node.saved is None:  # built around a known output (make_with_data)
             node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
-        # (the transposed view of x is a graph node only to keep dweight differentiable in x)
-        d_nhwc, dw = self.conv.gradient_of(transpose(x, (0, 2, 3, 1)), weight, transpose(out_grad, (0, 2, 3, 1)),
-                                           node.saved, x.requires_grad, weight.requires_grad)
+        # g as NHWC: the memory layout the next layer's gradient arrives in, so a view, and
+        # dbias sums one block of axes; (the transposed view of x is a graph node only to
+        # keep dweight differentiable in x)
+        g = transpose(out_grad, (0, 2, 3, 1))
+        d_nhwc, dw = self.conv.gradient_of(transpose(x, (0, 2, 3, 1)), weight, g, node.saved,
+                                           x.requires_grad, weight.requires_grad)
         grads = (None if d_nhwc is None else transpose(d_nhwc, (0, 3, 1, 2)), dw)
         if len(node.inputs) == 3:
-            grads += (summation(out_grad, (0, 2, 3)),)
+            grads += (summation(g, (0, 1, 2)),)
         return grads
 
 
