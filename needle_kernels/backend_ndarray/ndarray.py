@@ -437,13 +437,16 @@ class NDArray:
         dev = self._device
         # exact float/int first: the numbers.Real ABC check costs more than many kernels
         if type(other) in _PLAIN_SCALARS or (type(other) is not NDArray and isinstance(other, numbers.Real)):
-            src, out = self._same_layout_out()
+            if self._strides and self._strides[-1] != 1 and self._is_dense():  # see _unary
+                src, out = self, self._empty_like_dense()
+            else:
+                src, out = self.compact(), NDArray._new(self._shape, dev)
             (getattr(dev, scalar) if type(scalar) is str else scalar)(src._handle, float(other), out._handle)
             return out
         if type(other) is not NDArray or other._device is not dev:
             other = self._coerce(other)
         if other._shape == self._shape:
-            if other._strides == self._strides and self._strides != compact_strides(self._shape) \
+            if other._strides == self._strides and self._strides and self._strides[-1] != 1 \
                     and self._is_dense() and other._is_dense():
                 out = self._empty_like_dense()  # two views in one dense layout: kernel over the buffers
                 (getattr(dev, ewise) if type(ewise) is str else ewise)(self._handle, other._handle, out._handle)
@@ -457,18 +460,14 @@ class NDArray:
         (getattr(dev, ewise) if type(ewise) is str else ewise)(a.compact()._handle, b.compact()._handle, out._handle)
         return out
 
-    def _same_layout_out(self):
-        """``(src, out)`` for a one-input element-wise kernel: this array itself and a new one
-        of its strides when it is dense (see _is_dense), else its compact copy and a compact out."""
-        if self._offset == 0 and self._strides == compact_strides(self._shape) and self._handle.size == math.prod(self._shape):
-            return self, NDArray._new(self._shape, self._device)
-        if self._is_dense():
-            return self, self._empty_like_dense()
-        return self.compact(), NDArray._new(self._shape, self._device)
-
     def _unary(self, kernel):
-        src, out = self._same_layout_out()
-        getattr(self.device, kernel)(src._handle, out._handle)
+        # a dense transposed array is read as it lies and the result takes its strides (see
+        # _is_dense); a unit last stride rules that layout out cheaply for the usual compact input
+        if self._strides and self._strides[-1] != 1 and self._is_dense():
+            src, out = self, self._empty_like_dense()
+        else:
+            src, out = self.compact(), NDArray._new(self._shape, self._device)
+        getattr(self._device, kernel)(src._handle, out._handle)
         return out
 
     def __add__(self, other):

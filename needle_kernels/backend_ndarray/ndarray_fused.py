@@ -227,7 +227,8 @@ def _activation_adjoint(name, g, x, generic):
     dev = g._device
     if not _has_kernel(dev, "ewise_" + name):
         return generic()
-    if g._strides == x._strides and g._is_dense() and x._is_dense():  # both in one dense layout
+    if g._strides == x._strides and g._strides and g._strides[-1] != 1 and g._is_dense() and x._is_dense():
+        # both in one dense transposed layout (see NDArray._is_dense)
         out = g._empty_like_dense()
         getattr(dev, "ewise_" + name)(g._handle, x._handle, out._handle)
         return out
