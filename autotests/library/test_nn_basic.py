@@ -154,6 +154,23 @@ def test_fused_batchnorm_is_the_generic_one(device, training):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_fused_batchnorm2d_of_nhwc_memory(device):
+    # a convolution's output: NCHW seen through a transpose of NHWC memory, which the one
+    # fused op reads as (N*H*W, C) rows in place; the same values as the generic ops
+    x, g = rand(3, 4, 4, 5) * 2, rand(3, 5, 4, 4)
+    results = []
+    for fused in (True, False):
+        bn = nn.BatchNorm2d(5, device=device, fused=fused)
+        xt = ndl.Tensor(x, device=device, requires_grad=True)
+        out = bn(ndl.transpose(xt, (0, 3, 1, 2)))
+        (out * T(g, device)).sum().backward()
+        results.append([out.numpy(), xt.grad.numpy(), bn.weight.grad.numpy(), bn.bias.grad.numpy()])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"nchw needs an \(N, C, H, W\) input"):
+        ndl.ops.batch_statistics(ndl.Tensor(rand(4, 5), device=device), nchw=True)
+
+
 def test_fused_batchnorm_says_it_is_differentiable_once(device):
     x = ndl.Tensor(rand(4, 3), device=device, requires_grad=True)
     grads = ndl.ops.BatchNormRowsGrad(*ndl.ops.batch_statistics(x), True)(x, T(np.ones(3), device), x)

@@ -199,13 +199,14 @@ class BatchNorm1d(Module):
         self.running_mean = init.zeros(dim, device=device, dtype=dtype)
         self.running_var = init.ones(dim, device=device, dtype=dtype)
 
-    def _fused(self, rows):
-        """The fused training-mode normalisation of the Tensor rows (N, dim)."""
-        mean, var = ops.batch_statistics(rows)
+    def _fused(self, x, nchw=False):
+        """The fused training-mode normalisation of the Tensor x (N, dim), or (N, dim, H, W)
+        with ``nchw``; the running statistics are updated as arrays, outside any graph."""
+        mean, var = ops.batch_statistics(x, nchw)
         m = self.momentum
-        self.running_mean.data = self.running_mean.data * (1 - m) + Tensor.make_const(mean) * m
-        self.running_var.data = self.running_var.data * (1 - m) + Tensor.make_const(var) * m
-        return ops.batch_norm_rows(rows, self.weight, self.bias, mean, var, self.eps, True)
+        self.running_mean.data = Tensor.make_const(self.running_mean.realize_cached_data() * (1 - m) + mean * m)
+        self.running_var.data = Tensor.make_const(self.running_var.realize_cached_data() * (1 - m) + var * m)
+        return ops.batch_norm_rows(x, self.weight, self.bias, mean, var, self.eps, True, nchw)
 
     # the statistics live on ``axes`` of x; ``kept`` is their shape with those axes kept as 1
     def _normalize(self, x, axes, kept):
@@ -239,10 +240,8 @@ class BatchNorm2d(BatchNorm1d):
         if len(x.shape) != 4 or x.shape[1] != self.dim:
             raise ValueError(f"BatchNorm2d: expected input (N, {self.dim}, H, W), got shape {x.shape}")
         if self.fused and self.training:
-            # NCHW -> (N*H*W, C): a view of the NHWC memory a convolution writes, then back
-            n, c, h, w = x.shape
-            rows = ops.reshape(ops.transpose(x, (0, 2, 3, 1)), (n * h * w, c))
-            return ops.transpose(ops.reshape(self._fused(rows), (n, h, w, c)), (0, 3, 1, 2))
+            # one op that sees NCHW x as (N*H*W, C) rows: a view of the NHWC memory a convolution writes
+            return self._fused(x, nchw=True)
         return self._normalize(x, (0, 2, 3), (1, self.dim, 1, 1))
 
 

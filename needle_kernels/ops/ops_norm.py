@@ -13,9 +13,34 @@ from ..autograd import TensorOp, TensorTupleOp
 from ..backend_selection import array_api
 
 
-def batch_statistics(x):
-    """``(mean, var)``: arrays of the column means and biased variances of the Tensor x (rows, channels)."""
-    return array_api.batchnorm_stats(x.realize_cached_data())
+def _as_rows(x, nchw):
+    """The array x as (rows, channels): itself, or an NCHW x's (N*H*W, C) view, a view without
+    a copy when its memory is NHWC (as a convolution's output is)."""
+    if not nchw:
+        return x
+    n, c, h, w = x.shape
+    return array_api.reshape(array_api.transpose(x, (0, 2, 3, 1)), (n * h * w, c))
+
+
+def _from_rows(rows, shape, nchw):
+    """The inverse of _as_rows for an array of ``shape``."""
+    if not nchw:
+        return rows
+    n, c, h, w = shape
+    return array_api.transpose(array_api.reshape(rows, (n, h, w, c)), (0, 3, 1, 2))
+
+
+def _check_nchw(x, nchw, name):
+    if nchw and x.ndim != 4:
+        raise ValueError(f"{name}: nchw needs an (N, C, H, W) input, got shape {tuple(x.shape)}")
+
+
+def batch_statistics(x, nchw=False):
+    """``(mean, var)``: arrays of the column means and biased variances of the Tensor x (rows,
+    channels), or with ``nchw`` of the channels of x (N, C, H, W) over N, H and W."""
+    data = x.realize_cached_data()
+    _check_nchw(data, nchw, "batch_statistics")
+    return array_api.batchnorm_stats(_as_rows(data, nchw))
 
 
 class BatchNormRows(TensorOp):
@@ -25,30 +50,35 @@ class BatchNormRows(TensorOp):
     (training: they depend on x) or the running ones (eval: constants). With xhat = (x - mean) * invstd:
     dbias = sum_rows g, dweight = sum_rows g * xhat, and
     dx = weight * invstd * (g - dbias / rows - xhat * dweight / rows) with batch statistics,
-    weight * invstd * g without.
+    weight * invstd * g without. With ``nchw``, x is (N, C, H, W) and its rows are the
+    (N*H*W, C) view (see _as_rows): BatchNorm2d in one op, with no transposes in the graph.
     """
 
-    def __init__(self, mean, invstd, batch_stats):
-        self.mean, self.invstd, self.batch_stats = mean, invstd, bool(batch_stats)
+    def __init__(self, mean, invstd, batch_stats, nchw=False):
+        self.mean, self.invstd, self.batch_stats, self.nchw = mean, invstd, bool(batch_stats), bool(nchw)
 
     def compute(self, x, weight, bias):
+        _check_nchw(x, self.nchw, "batch_norm_rows")
         scale = weight * self.invstd
-        return array_api.batchnorm_apply(x, scale, bias - self.mean * scale)
+        return _from_rows(array_api.batchnorm_apply(_as_rows(x, self.nchw), scale, bias - self.mean * scale),
+                          x.shape, self.nchw)
 
     def gradient(self, out_grad, node):
         x, weight, _ = node.inputs
-        grads = BatchNormRowsGrad(self.mean, self.invstd, self.batch_stats)(x, weight, out_grad)
+        grads = BatchNormRowsGrad(self.mean, self.invstd, self.batch_stats, self.nchw)(x, weight, out_grad)
         return grads[0], grads[1], grads[2]
 
 
 class BatchNormRowsGrad(TensorTupleOp):
     """(dx, dweight, dbias) of BatchNormRows for inputs (x, weight, g), in one fused kernel."""
 
-    def __init__(self, mean, invstd, batch_stats):
-        self.mean, self.invstd, self.batch_stats = mean, invstd, batch_stats
+    def __init__(self, mean, invstd, batch_stats, nchw=False):
+        self.mean, self.invstd, self.batch_stats, self.nchw = mean, invstd, batch_stats, nchw
 
     def compute(self, x, weight, out_grad):
-        return tuple(array_api.batchnorm_backward(x, out_grad, self.mean, self.invstd, weight, self.batch_stats))
+        dx, dweight, dbias = array_api.batchnorm_backward(
+            _as_rows(x, self.nchw), _as_rows(out_grad, self.nchw), self.mean, self.invstd, weight, self.batch_stats)
+        return _from_rows(dx, x.shape, self.nchw), dweight, dbias
 
     def gradient(self, out_grad, node):
         raise NotImplementedError(
@@ -56,6 +86,7 @@ class BatchNormRowsGrad(TensorTupleOp):
             "with fused=False (the same normalisation in generic ops)")
 
 
-def batch_norm_rows(x, weight, bias, mean, var, eps, batch_stats):
-    """Batch norm of the Tensor x (rows, C) with the arrays mean and var (C,): see BatchNormRows."""
-    return BatchNormRows(mean, (var + eps) ** -0.5, batch_stats)(x, weight, bias)
+def batch_norm_rows(x, weight, bias, mean, var, eps, batch_stats, nchw=False):
+    """Batch norm of the Tensor x (rows, C), or (N, C, H, W) with ``nchw``, with the arrays mean
+    and var (C,): see BatchNormRows."""
+    return BatchNormRows(mean, (var + eps) ** -0.5, batch_stats, nchw)(x, weight, bias)
