@@ -879,8 +879,11 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
     cdef float *Bp = NULL
     if nt > blocks:
         nt = <int>blocks
-    # whole groups of 16 rows per thread (a transposed A is gathered in those)
-    rows = ((blocks + nt - 1) // nt * kern.dmr + 15) // 16 * 16
+    # as even shares of row blocks as can be; whole groups of 16 rows when A is transposed (the
+    # kernel gathers a transposed A 16 rows at a time): 100 rows went 64 + 36 that way
+    rows = (blocks + nt - 1) // nt * kern.dmr
+    if acs != 1:
+        rows = (rows + 15) // 16 * 16
     cdef float *work = <float *>nk_aligned_alloc(nt * per_thread * sizeof(float))
     if work == NULL:
         return -1
