@@ -463,6 +463,36 @@ def test_fused_lstm_cell_is_the_generic_one(device):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_fused_lstm_runs_each_layer_as_one_op(device):
+    # one LSTMLayer node per layer; adjoints for the outputs only (h_T and c_T get none) and
+    # an unrecorded backward give the generic steps' gradients
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 2, 3)).astype(np.float32)
+    grads = []
+    for fused, create_graph in ((False, True), (True, True), (True, False)):
+        np.random.seed(3)
+        lstm = nn.LSTM(3, 4, num_layers=2, device=device, fused=fused)
+        X = ndl.Tensor(x, device=device)
+        out, (h, c) = lstm(X)
+        if fused:
+            assert isinstance(out.inputs[0].op, ndl.ops.LSTMLayer)  # out = the last layer's hs item
+        (out * out).sum().backward(create_graph=create_graph)
+        grads.append([X.grad.numpy()] + [p.grad.numpy() for p in lstm.parameters()])
+    for run in grads[1:]:
+        for got, want in zip(run, grads[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_layer_checks_shapes_and_is_differentiable_once(device):
+    T = lambda *shape: ndl.Tensor(np.random.randn(*shape).astype(np.float32), device=device)
+    with pytest.raises(ValueError, match=r"lstm_layer: proj \(3, 2, 8\) \(T, B, 4H\), h0 \(2, 3\)"):
+        ndl.ops.lstm_layer(T(3, 2, 8), T(2, 3), T(2, 3), T(3, 12))
+    out = ndl.ops.lstm_layer(T(3, 2, 8), T(2, 2), T(2, 2), T(2, 8))
+    grads = ndl.ops.LSTMLayerGrad(out.saved)(T(2, 8), T(3, 2, 2), T(2, 2), T(2, 2))
+    with pytest.raises(NotImplementedError, match="fused=False"):
+        grads[3].sum().backward()
+
+
 def test_lstm_eval_runs_the_fused_cell_except_while_traced(device):
     from needle_kernels.compile import trace
 

@@ -15,7 +15,9 @@ from .ndarray_functions import stack
 
 def _same_layout(name, ref, **arrays):
     for what, arr in arrays.items():
-        if not isinstance(arr, NDArray) or arr._device != ref._device or arr._shape != ref._shape:
+        # `is` first: a device's == is a Python method, and this runs for every fused op
+        if not isinstance(arr, NDArray) or arr._shape != ref._shape or (
+                arr._device is not ref._device and arr._device != ref._device):
             raise ValueError(
                 f"{name}: {what} must be an NDArray of shape {ref._shape} on {ref._device}, got "
                 f"{getattr(arr, 'shape', type(arr).__name__)} on {getattr(arr, 'device', None)}"

@@ -117,11 +117,15 @@ def _run_layer(cell, X, state):
     """Run one layer over X (T, B, I); returns the outputs (T, B, H) and the final state.
 
     The input projection of all T steps is one (T*B, I) @ (I, gH) product;
-    only the recurrent part is sequential.
+    only the recurrent part is sequential (and, for a fused LSTM cell, one op).
     """
     T, B, _ = X.shape
     proj = cell.input_projection(X.reshape((T * B, cell.input_size)))
     proj = proj.reshape((T, B, cell.gates * cell.hidden_size))
+    if isinstance(cell, LSTMCell) and cell.fused and not autograd.TRACING:
+        # the whole recurrence as one op (ops.lstm_layer): its backward forms W_hh's gradient in one product
+        out = ops.lstm_layer(proj, state[0], state[1], cell.W_hh)
+        return out[0], (out[1], out[2])
     outs = []
     for p in ops.split(proj, 0):
         state = cell.step(p, state)
