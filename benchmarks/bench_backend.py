@@ -173,6 +173,32 @@ def ndarray_rows(cpu, b, args, rng):
     X = rng.standard_normal((16384, 576), dtype=np.float32)
     dG, dX = nd.array(G, device=nd.cpu()), nd.array(X, device=nd.cpu())
     b.case("NDArray @ 64x16384x576 (conv dW)", "GFLOP/s", 2.0 * 64 * 16384 * 576, lambda: G @ X, lambda: dG @ dX)
+    # ResNet9's first weight gradient, X^T @ dY with X^T a transposed view: 16 rows, 8192 deep
+    Gt = rng.standard_normal((8192, 16), dtype=np.float32)
+    X1 = rng.standard_normal((8192, 147), dtype=np.float32)
+    dGt, dX1 = nd.array(Gt, device=nd.cpu()), nd.array(X1, device=nd.cpu())
+    b.case("NDArray @ 16x8192x147, A = view.T", "GFLOP/s", 2.0 * 16 * 8192 * 147, lambda: Gt.T @ X1,
+           lambda: dGt.permute((1, 0)) @ dX1)
+    # an MLP layer's product: 100 rows, small enough that the Python around the kernel shows
+    A1 = rng.standard_normal((100, 784), dtype=np.float32)
+    W1 = rng.standard_normal((784, 100), dtype=np.float32)
+    dA1, dW1 = nd.array(A1, device=nd.cpu()), nd.array(W1, device=nd.cpu())
+    b.case("NDArray @ 100x784x100", "GFLOP/s", 2.0 * 100 * 784 * 100, lambda: A1 @ W1, lambda: dA1 @ dW1)
+    # one Adam update of a 784x100 weight (reads p, g, m, v; writes m, v and the new p)
+    n_p = 784 * 100
+    P, Gr, M, V = (rng.standard_normal(n_p, dtype=np.float32) for _ in range(4))
+    V = np.abs(V)
+
+    def np_adam(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+        np.multiply(M, b1, out=M)
+        M.__iadd__(Gr * (1 - b1))
+        np.multiply(V, b2, out=V)
+        V.__iadd__(Gr * Gr * (1 - b2))
+        return P - (M * (lr / 0.1)) / (np.sqrt(V * (1 / 0.001)) + eps)
+
+    dP, dG_, dM, dV = (nd.array(a, device=nd.cpu()) for a in (P, Gr, M, V))
+    b.case(f"adam_update {n_p} floats", "GB/s", 28.0 * n_p, np_adam,
+           lambda: nd.adam_update(dP, dG_, dM, dV, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001))
 
 
 def speedup(cpu, args, threads, rng):
