@@ -117,15 +117,13 @@ typedef struct {
  * NK_DIRECT_GROUP at a time, k-major (a whole cache line per k, read and written in
  * order: rows of a row-major copy would lie a power of two apart for n = 16384). */
 #define NK_DIRECT_GROUP 16
-#define NK_DEFINE_GEMM_DIRECT(NAME, ATTR, W, DMR, NV)                                            \
-    typedef float NK_CAT(nk_dvec_, NAME) __attribute__((vector_size(4 * (W))));               \
-    ATTR static inline void NK_CAT(nk_dmicro_, NAME)(ptrdiff_t n, const float *restrict A,     \
-                                                     ptrdiff_t ars, ptrdiff_t acs,              \
-                                                     const float *restrict B, ptrdiff_t ldb,    \
-                                                     float *restrict C, ptrdiff_t ldc,          \
-                                                     ptrdiff_t mr, ptrdiff_t nr)                \
+/* A DMR x (NV * W) tile of the direct kernel: FN, on vectors VEC of W floats (see below). */
+#define NK_DEFINE_DMICRO(FN, VEC, ATTR, W, DMR, NV)                                             \
+    ATTR static inline void FN(ptrdiff_t n, const float *restrict A, ptrdiff_t ars, ptrdiff_t acs,    \
+                               const float *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, \
+                               ptrdiff_t mr, ptrdiff_t nr)                                      \
     {                                                                                           \
-        typedef NK_CAT(nk_dvec_, NAME) vec;                                                     \
+        typedef VEC vec;                                                                        \
         vec acc[DMR][NV];                                                                       \
         _Pragma("GCC unroll 8") for (int i = 0; i < (DMR); i++)                                 \
             _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] = (vec){0};        \
@@ -157,7 +155,13 @@ typedef struct {
         memcpy(tile, acc, sizeof(tile));                                                        \
         for (ptrdiff_t i = 0; i < mr; i++)                                                      \
             memcpy(C + i * ldc, tile + i * (NV) * (W), (size_t)nr * sizeof(float));             \
-    }                                                                                           \
+    }
+
+#define NK_DEFINE_GEMM_DIRECT(NAME, ATTR, W, DMR, NV)                                            \
+    typedef float NK_CAT(nk_dvec_, NAME) __attribute__((vector_size(4 * (W))));               \
+    NK_DEFINE_DMICRO(NK_CAT(nk_dmicro_, NAME), NK_CAT(nk_dvec_, NAME), ATTR, W, DMR, NV)       \
+    /* a last strip at most one vector wide: the one-vector tile, not NV vectors of mostly zeros */ \
+    NK_DEFINE_DMICRO(NK_CAT(nk_dmicro1_, NAME), NK_CAT(nk_dvec_, NAME), ATTR, W, DMR, 1)       \
     ATTR static void NK_CAT(nk_direct_, NAME)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p,           \
                                               const float *A, ptrdiff_t ars, ptrdiff_t acs,     \
                                               const float *B, const float *Bp, float *C,        \
@@ -199,9 +203,12 @@ typedef struct {
             for (ptrdiff_t jr = 0; jr < pfull; jr += NR)                                        \
                 NK_CAT(nk_dmicro_, NAME)(n, Ar, rs, cs, Bp ? Bp + jr * n : B + jr, Bp ? NR : p, \
                                          C + ir * p + jr, p, rows, NR);                         \
-            if (nr)                                                                             \
+            if (nr && ((NV) == 1 || nr > (W)))                                                  \
                 NK_CAT(nk_dmicro_, NAME)(n, Ar, rs, cs, Bp ? Bp + pfull * n : Bw, NR,           \
                                          C + ir * p + pfull, p, rows, nr);                      \
+            else if (nr)                                                                        \
+                NK_CAT(nk_dmicro1_, NAME)(n, Ar, rs, cs, Bp ? Bp + pfull * n : Bw, NR,          \
+                                          C + ir * p + pfull, p, rows, nr);                     \
         }                                                                                       \
     }
 
