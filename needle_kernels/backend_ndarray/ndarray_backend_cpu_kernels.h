@@ -91,8 +91,8 @@ NK_CLONES static void nk_fill(float *out, float v, ptrdiff_t n)
  * is written. Built with -fno-math-errno (setup.py), so sqrtf is one vector
  * instruction (v >= 0) and the loop vectorizes. */
 NK_CLONES static void nk_adam(const float *p, const float *g, float *m, float *v, float *out, ptrdiff_t n,
-                                          float b1, float omb1, float b2, float omb2, float wd, int has_wd,
-                                          float step, float inv_c2, float eps)
+                              float b1, float omb1, float b2, float omb2, float wd, int has_wd,
+                              float step, float inv_c2, float eps)
 {
     for (ptrdiff_t i = 0; i < n; i++) {
         float gi = has_wd ? g[i] + p[i] * wd : g[i];
