@@ -51,7 +51,7 @@ test: setup
 	@bash scripts/install_system_deps.sh
 	@$(MAKE) --no-print-directory torch-reference
 	@start=$$(date +%s); \
-	$(BIN)/python -m pytest -n $(JOBS) -q -rs autotests && \
+	$(BIN)/python -m pytest -n $(JOBS) -q -rsfE autotests && \
 	NEEDLE_BACKEND=np $(BIN)/python -m pytest -n $(JOBS) -q autotests/library; \
 	status=$$?; echo "whole test suite: $$(( $$(date +%s) - start )) s"; exit $$status
 

@@ -142,6 +142,31 @@ def run_cpu(args):
     speedup(cpu, args, threads, rng)
 
 
+def conv_rows(b, nd, rng):
+    """A padded 3x3 convolution's forward both ways the Conv op can take (its im2col product and
+    Winograd F(2x2, 3x3)), against numpy's im2col + matmul; GFLOP/s counts the direct form's
+    multiply-adds, so Winograd's figure is the speed it gives. Shapes: the conv row of
+    bench_models.py, and ResNet9's 32-channel residual block (4x4 maps, batch 128)."""
+    from needle_kernels.ops import ops_conv
+
+    for n, h, c in ((64, 16, 64), (128, 4, 32)):
+        img = rng.standard_normal((n, h + 2, h + 2, c), dtype=np.float32)
+        w = rng.standard_normal((3, 3, c, c), dtype=np.float32)
+        windows = np.lib.stride_tricks.sliding_window_view(img, (3, 3), axis=(1, 2)).transpose(0, 1, 2, 4, 5, 3)
+        d_img, d_w = nd.array(img, device=nd.cpu()), nd.array(w, device=nd.cpu())
+
+        def np_conv():
+            return np.ascontiguousarray(windows).reshape(-1, 9 * c) @ w.reshape(9 * c, c)
+
+        def im2col_conv():
+            return ops_conv._im2col_rows(d_img, 3, 1) @ d_w.reshape((9 * c, c))
+
+        flops = 2.0 * n * h * h * 9 * c * c
+        b.case(f"conv 3x3 fwd ({n},{h},{h},{c})->{c}, im2col @", "GFLOP/s", flops, np_conv, im2col_conv)
+        b.case(f"conv 3x3 fwd ({n},{h},{h},{c})->{c}, Winograd", "GFLOP/s", flops, np_conv,
+               lambda: ops_conv._winograd_conv3x3(d_img, d_w))
+
+
 def ndarray_rows(cpu, b, args, rng):
     """The same matmul through the NDArray wrapper, where it exists (Python overhead included)."""
     try:
@@ -169,6 +194,7 @@ def ndarray_rows(cpu, b, args, rng):
     d_windows = d_img.as_strided((64, 16, 16, 3, 3, 64), (s0, s1, s2, s1, s2, s3))
     b.case("NDArray im2col 3x3 (64,16,16,64)", "GB/s", 8.0 * windows.size,
            lambda: np.ascontiguousarray(windows), lambda: d_windows.compact())
+    conv_rows(b, nd, rng)
     G = rng.standard_normal((64, 16384), dtype=np.float32)
     X = rng.standard_normal((16384, 576), dtype=np.float32)
     dG, dX = nd.array(G, device=nd.cpu()), nd.array(X, device=nd.cpu())

@@ -218,6 +218,11 @@ def col2im(cols, image_shape, stride):
     return out
 
 
+def winograd_runs_on(device):
+    """False: numpy mode convolves through im2col and numpy's own matrix product."""
+    return False
+
+
 def sgd_update(param, grad, u, lr, momentum, weight_decay):
     """One SGD step (the formula of the NDArray backends' fused kernel, in the arrays' dtype):
     g = grad + weight_decay * param; u = momentum * u + (1 - momentum) * g in place (when u is

@@ -25,8 +25,8 @@ TABLE = [
     "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
-    "adam_update", "sgd_update", "col2im", "softmax_xent", "softmax_xent_grad",
-    "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
+    "adam_update", "sgd_update", "col2im", "winograd_input", "winograd_output", "softmax_xent",
+    "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
     "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
@@ -473,6 +473,51 @@ def test_col2im_large(backend, ref, n, h, w, c, k, s):
     ho, wo = (h - k) // s + 1, (w - k) // s + 1
     cols = np.random.default_rng(h).standard_normal(n * ho * wo * k * k * c).astype(np.float32)
     got, want = both(backend, ref, "col2im", [cols], n * h * w * c, n, h, w, c, k, s)
+    np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- Winograd F(2x2, 3x3)
+
+def _conv3x3_loops(image, weight):
+    """The stride-1, unpadded 3x3 convolution of an NHWC image, as its definition, in float64."""
+    n, h, w, _ = image.shape
+    out = np.zeros((n, h - 2, w - 2, weight.shape[3]))
+    for ki in range(3):
+        for kj in range(3):
+            out += image[:, ki:ki + h - 2, kj:kj + w - 2, :].astype(np.float64) @ weight[ki, kj]
+    return out
+
+
+def _winograd_weight(weight):
+    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    return np.einsum("ui,vj,ijco->uvco", g, g, weight).reshape(16, *weight.shape[2:])
+
+
+@given_settings
+@given(st.integers(0, 3), st.integers(3, 9), st.integers(3, 9), st.sampled_from([1, 2, 5, 16, 63, 64, 65, 130]),
+       st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_winograd_transforms_compute_the_3x3_convolution(backend, ref, n, h, w, c_in, c_out, seed):
+    rng = np.random.default_rng(seed)
+    image = rng.standard_normal((n, h, w, c_in)).astype(np.float32)
+    weight = rng.standard_normal((3, 3, c_in, c_out)).astype(np.float32)
+    th, tw = (h - 1) // 2, (w - 1) // 2
+    tiles = 16 * n * th * tw
+    got, want = both(backend, ref, "winograd_input", [image.ravel()], tiles * c_in, n, h, w, c_in)
+    np.testing.assert_array_equal(got, want)  # the same additions in the same order
+    products = np.matmul(want.reshape(16, -1, c_in).astype(np.float64), _winograd_weight(weight)).astype(np.float32)
+    got, want = both(backend, ref, "winograd_output", [products.ravel()], n * (h - 2) * (w - 2) * c_out,
+                     n, h - 2, w - 2, c_out)
+    np.testing.assert_array_equal(got, want)
+    close(want, _conv3x3_loops(image, weight).ravel(), rtol=1e-4, atol=1e-4 * np.sqrt(9 * c_in))
+
+
+@pytest.mark.parametrize("n, h, w, c", [(64, 18, 18, 64), (128, 6, 6, 32), (3, 33, 10, 70)])
+def test_winograd_large(backend, ref, n, h, w, c):
+    image = np.random.default_rng(h).standard_normal(n * h * w * c).astype(np.float32)
+    tiles = 16 * n * ((h - 1) // 2) * ((w - 1) // 2)
+    got, want = both(backend, ref, "winograd_input", [image], tiles * c, n, h, w, c)
+    np.testing.assert_array_equal(got, want)
+    got, want = both(backend, ref, "winograd_output", [want], n * (h - 2) * (w - 2) * c, n, h - 2, w - 2, c)
     np.testing.assert_array_equal(got, want)
 
 

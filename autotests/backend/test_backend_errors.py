@@ -217,6 +217,19 @@ def test_col2im_bad_sizes(backend, ref, cols, out, dims):
     raises_like_reference(backend, ref, "col2im", lambda m: arrays(m, cols, out) + list(dims))
 
 
+@pytest.mark.parametrize("fn, first, out, dims", [
+    # a 4x4 image of 4 channels has 64 elements and 1 tile: 16 * 4 transformed values
+    ("winograd_input", 63, 16 * 4, (1, 4, 4, 4)),      # image too small
+    ("winograd_input", 64, 16 * 4 - 1, (1, 4, 4, 4)),  # tiles too small
+    ("winograd_input", 8, 16 * 2, (1, 2, 4, 1)),       # a 3x3 kernel does not fit 2 rows
+    ("winograd_output", 16 * 4, 15, (1, 2, 2, 4)),     # out of 2x2x4 needs 16 elements
+    ("winograd_output", 16 * 4 + 1, 16, (1, 2, 2, 4)), # one product too many
+    ("winograd_output", 16 * 4, 16, (1, 0, 2, 4)),     # no output rows
+])
+def test_winograd_bad_sizes(backend, ref, fn, first, out, dims):
+    raises_like_reference(backend, ref, fn, lambda m: arrays(m, first, out) + list(dims))
+
+
 @pytest.mark.parametrize("sizes, dims", [
     ((12, 3, 3, 3), (3, 5)),        # z has 12 elements, not rows * cols = 15
     ((15, 2, 3, 3), (3, 5)),        # two labels for three rows

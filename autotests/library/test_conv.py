@@ -80,6 +80,23 @@ def test_conv_skips_taps_that_only_meet_padding(device, shape, k, stride, paddin
     assert cols.shape[1] == live * live * shape[3]
 
 
+@pytest.mark.parametrize("shape, padding, grad", [
+    ((2, 6, 6, 16), 1, False),  # ResNet-style: same size out
+    ((1, 4, 5, 17), 1, True),   # an odd output width: the last tile is half outside the image
+    ((2, 5, 4, 16), 0, False),  # no padding: a 3x2 output, a tile half outside along H
+    ((1, 3, 4, 16), 2, True),   # padding 2 = K - 1: dA is a convolution without padding
+])
+def test_conv_3x3_of_many_channels_runs_winograd(device, shape, padding, grad):
+    from needle_kernels.backend_selection import array_api
+
+    check_op(lambda a, b: ndl.conv(a, b, stride=1, padding=padding), lambda a, b: np_conv(a, b, 1, padding),
+             rand(*shape), rand(3, 3, shape[3], 16), device=device, rtol=1e-4, atol=1e-4, grad=grad)
+    out = ndl.conv(ndl.Tensor(rand(*shape), device=device), ndl.Tensor(rand(3, 3, shape[3], 16), device=device),
+                   padding=padding)
+    _, cols = out.saved  # Winograd makes no im2col matrix in the forward pass
+    assert (cols is None) == array_api.winograd_runs_on(device)
+
+
 def test_conv_default_padding_is_one(device):
     a, b = rand(1, 4, 4, 2), rand(3, 3, 2, 2)
     out = ndl.conv(ndl.Tensor(a, device=device), ndl.Tensor(b, device=device))
@@ -96,9 +113,10 @@ def test_conv_on_a_transposed_view(device):
 
 def test_conv_second_order(device):
     # dA is linear in B and dB linear in A: differentiate each with respect to the other
-    conv = lambda a, b: ndl.conv(a, b, stride=2, padding=1)
-    check_second_order(conv, rand(1, 4, 4, 2), rand(3, 3, 2, 2), device=device, of=0, wrt=(1,))
-    check_second_order(conv, rand(1, 4, 4, 2), rand(3, 3, 2, 2), device=device, of=1, wrt=(0,))
+    for stride in (1, 2):  # stride 1: dA is itself a conv
+        conv = lambda a, b: ndl.conv(a, b, stride=stride, padding=1)
+        check_second_order(conv, rand(1, 4, 4, 2), rand(3, 3, 2, 2), device=device, of=0, wrt=(1,))
+        check_second_order(conv, rand(1, 4, 4, 2), rand(3, 3, 2, 2), device=device, of=1, wrt=(0,))
 
 
 def test_im2col_col2im_are_adjoint(device):

@@ -76,5 +76,8 @@ from .ndarray_fused import (
     softmax_cross_entropy,
     softmax_cross_entropy_grad,
     tanh_backward,
+    winograd_input,
+    winograd_output,
+    winograd_runs_on,
 )
 from ..shapes import broadcast_shapes

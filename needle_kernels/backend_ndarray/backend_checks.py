@@ -123,6 +123,33 @@ def check_col2im(name, cols, out, n, h, w, c, k, s):
     return ho, wo
 
 
+def _winograd_tiles(name, tiles, n, h, w, c):
+    # the 2x2 output tiles (th, tw) of an (n, h, w, c) image's 3x3 convolution, (h - 2) x (w - 2)
+    if min(n, c) < 0 or h < 3 or w < 3:
+        raise ValueError(f"{name}: needs n, c >= 0 and an image of at least 3x3, got n={n}, h={h}, w={w}, c={c}")
+    th, tw = (h - 1) // 2, (w - 1) // 2
+    check_size(name, tiles, 16 * n * th * tw * c, f"the tiles (16, n*th*tw={n * th * tw}, c={c})")
+    return th, tw
+
+
+def check_winograd_input(name, image, tiles, n, h, w, c):
+    """(th, tw) of a Winograd F(2x2, 3x3) input transform of the (n, h, w, c) ``image`` into the
+    (16, n * th * tw, c) ``tiles``, after checking every size. Raises ValueError naming the problem."""
+    th, tw = _winograd_tiles(name, tiles, n, h, w, c)
+    check_size(name, image, n * h * w * c, f"the image (n={n}, h={h}, w={w}, c={c})")
+    return th, tw
+
+
+def check_winograd_output(name, products, out, n, ho, wo, c):
+    """(th, tw) of a Winograd F(2x2, 3x3) output transform of the (16, n * th * tw, c) tile
+    ``products`` into ``out`` (n, ho, wo, c), after checking every size."""
+    if min(ho, wo) < 1:
+        raise ValueError(f"{name}: needs an output of at least 1x1, got ho={ho}, wo={wo}")
+    th, tw = _winograd_tiles(name, products, n, ho + 2, wo + 2, c)
+    check_size(name, out, n * ho * wo * c, f"out (n={n}, ho={ho}, wo={wo}, c={c})")
+    return th, tw
+
+
 def check_softmax_xent(name, z, labels, rows, cols, **arrays):
     """Sizes of a fused softmax cross-entropy call: z (and ``out``) (rows, cols), labels and every
     other array one value per row. Raises ValueError naming the array that does not fit."""

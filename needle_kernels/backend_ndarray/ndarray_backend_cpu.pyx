@@ -41,6 +41,8 @@ from .backend_checks import (
     check_optim as _check_optim,
     check_col2im,
     check_softmax_xent,
+    check_winograd_input,
+    check_winograd_output,
     label_error,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
@@ -98,6 +100,10 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                        const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
+    void nk_winograd_input_tile(const float *a, float *out, Py_ssize_t ld, Py_ssize_t b, Py_ssize_t ti,
+                                Py_ssize_t tj, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c)
+    void nk_winograd_output_tile(const float *m, Py_ssize_t ld, float *out, Py_ssize_t b, Py_ssize_t ti,
+                                 Py_ssize_t tj, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
 
 cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
@@ -1377,6 +1383,41 @@ def col2im(cols, out, n, h, w, c, k, s):
             for row in prange(cn * ch, num_threads=nt, schedule="static"):
                 nk_note_thread(threadid())
                 nk_col2im_row(C.data, O.data + row * cw * cc, row // ch, row % ch, cw, cc, ck, cs, cho, cwo)
+
+
+def winograd_input(a, out, n, h, w, c):
+    """The transformed 4x4 tiles of a 3x3 convolution's input (see the reference); one tile per
+    iteration, so threads write disjoint columns of the 16 output planes."""
+    cdef Array A = _arr("winograd_input", "a", a)
+    cdef Array O = _arr("winograd_input", "out", out)
+    dims = [_int("winograd_input", what, x) for what, x in (("n", n), ("h", h), ("w", w), ("c", c))]
+    th, tw = check_winograd_input("winograd_input", A, O, *dims)
+    cdef Py_ssize_t ch = dims[1], cw = dims[2], cc = dims[3], cth = th, ctw = tw
+    cdef Py_ssize_t tiles = dims[0] * th * tw, t
+    cdef int nt = _threads_for(O.size)
+    nk_reset_threads()
+    with nogil:
+        for t in prange(tiles, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            nk_winograd_input_tile(A.data, O.data + t * cc, tiles * cc, t // (cth * ctw), (t // ctw) % cth,
+                                   t % ctw, ch, cw, cc)
+
+
+def winograd_output(m, out, n, ho, wo, c):
+    """The 2x2 output blocks of a 3x3 convolution from its 16 tile products (see the reference)."""
+    cdef Array M = _arr("winograd_output", "m", m)
+    cdef Array O = _arr("winograd_output", "out", out)
+    dims = [_int("winograd_output", what, x) for what, x in (("n", n), ("ho", ho), ("wo", wo), ("c", c))]
+    th, tw = check_winograd_output("winograd_output", M, O, *dims)
+    cdef Py_ssize_t cho = dims[1], cwo = dims[2], cc = dims[3], cth = th, ctw = tw
+    cdef Py_ssize_t tiles = dims[0] * th * tw, t
+    cdef int nt = _threads_for(M.size)
+    nk_reset_threads()
+    with nogil:
+        for t in prange(tiles, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            nk_winograd_output_tile(M.data + t * cc, tiles * cc, O.data, t // (cth * ctw), (t // ctw) % cth,
+                                    t % ctw, cho, cwo, cc)
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

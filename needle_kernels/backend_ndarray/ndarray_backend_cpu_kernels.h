@@ -199,6 +199,95 @@ NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t
     }
 }
 
+/* ------------------------------------------------------------ Winograd F(2x2, 3x3)
+ *
+ * A 3x3 convolution of stride 1 computes each 2x2 block of outputs from a 4x4 tile d of
+ * the (padded) input as  Y = A^T [(G g G^T) . (B^T d B)] A  with
+ *
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],   A^T = [1 1 1 0; 0 1 -1 -1],
+ *
+ * so the 16 products of the middle are 16 matrix products over the channels: 16 multiply-
+ * adds per channel pair and block where the direct form needs 36. The transforms are adds
+ * only; these two kernels run them for one tile, over all its channels (c contiguous). */
+
+/* Channels go NK_WB at a time through local blocks: the 16 rows of a tile lie anywhere in
+ * memory, and copies into arrays of the function's own let the block arithmetic vectorize
+ * without the compiler having to prove those rows never overlap the output. */
+#define NK_WB 64
+
+/* tile (b, ti, tj) of the NHWC image a (n, h, w, c): out[(4u + v) * ld + ch] = (B^T d B)[u][v]
+ * for channel ch, d[i][j] = a[b, 2ti + i, 2tj + j, ch] and 0 outside the image. */
+NK_CLONES static void nk_winograd_input_tile(const float *a, float *out, ptrdiff_t ld, ptrdiff_t b,
+                                             ptrdiff_t ti, ptrdiff_t tj, ptrdiff_t h, ptrdiff_t w,
+                                             ptrdiff_t c)
+{
+    float d[4][4][NK_WB], t[4][NK_WB];
+    for (ptrdiff_t c0 = 0; c0 < c; c0 += NK_WB) {
+        ptrdiff_t cb = c - c0 < NK_WB ? c - c0 : NK_WB;
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) {
+                ptrdiff_t y = 2 * ti + i, x = 2 * tj + j;
+                if (y < h && x < w) {
+                    memcpy(d[i][j], a + ((b * h + y) * w + x) * c + c0, (size_t)cb * sizeof(float));
+                    if (cb < NK_WB) memset(d[i][j] + cb, 0, (size_t)(NK_WB - cb) * sizeof(float));
+                } else {
+                    memset(d[i][j], 0, sizeof(d[i][j]));
+                }
+            }
+        for (int j = 0; j < 4; j++) { /* B^T d, one column j at a time: rows of d[.][j] */
+            for (ptrdiff_t k = 0; k < NK_WB; k++) {
+                float d0 = d[0][j][k], d1 = d[1][j][k], d2 = d[2][j][k], d3 = d[3][j][k];
+                d[0][j][k] = d0 - d2;
+                d[1][j][k] = d1 + d2;
+                d[2][j][k] = d2 - d1;
+                d[3][j][k] = d1 - d3;
+            }
+        }
+        for (int u = 0; u < 4; u++) { /* (B^T d) B: the columns of row u */
+            for (ptrdiff_t k = 0; k < NK_WB; k++) {
+                float t0 = d[u][0][k], t1 = d[u][1][k], t2 = d[u][2][k], t3 = d[u][3][k];
+                t[0][k] = t0 - t2;
+                t[1][k] = t1 + t2;
+                t[2][k] = t2 - t1;
+                t[3][k] = t1 - t3;
+            }
+            for (int v = 0; v < 4; v++) memcpy(out + (4 * u + v) * ld + c0, t[v], (size_t)cb * sizeof(float));
+        }
+    }
+}
+
+/* the 2x2 outputs of tile (b, ti, tj) from its 16 products m[(4u + v) * ld + ch]:
+ * out[b, 2ti + i, 2tj + j, ch] = (A^T M A)[i][j], the pixels inside the (n, ho, wo, c) image. */
+NK_CLONES static void nk_winograd_output_tile(const float *m, ptrdiff_t ld, float *out, ptrdiff_t b,
+                                              ptrdiff_t ti, ptrdiff_t tj, ptrdiff_t ho, ptrdiff_t wo,
+                                              ptrdiff_t c)
+{
+    float q[4][4][NK_WB], s[2][4][NK_WB], y[2][2][NK_WB];
+    for (ptrdiff_t c0 = 0; c0 < c; c0 += NK_WB) {
+        ptrdiff_t cb = c - c0 < NK_WB ? c - c0 : NK_WB;
+        for (int u = 0; u < 4; u++)
+            for (int v = 0; v < 4; v++) {
+                memcpy(q[u][v], m + (4 * u + v) * ld + c0, (size_t)cb * sizeof(float));
+                if (cb < NK_WB) memset(q[u][v] + cb, 0, (size_t)(NK_WB - cb) * sizeof(float));
+            }
+        for (int v = 0; v < 4; v++) /* A^T M */
+            for (ptrdiff_t k = 0; k < NK_WB; k++) {
+                s[0][v][k] = q[0][v][k] + q[1][v][k] + q[2][v][k];
+                s[1][v][k] = q[1][v][k] - q[2][v][k] - q[3][v][k];
+            }
+        for (int i = 0; i < 2; i++) /* (A^T M) A */
+            for (ptrdiff_t k = 0; k < NK_WB; k++) {
+                y[i][0][k] = s[i][0][k] + s[i][1][k] + s[i][2][k];
+                y[i][1][k] = s[i][1][k] - s[i][2][k] - s[i][3][k];
+            }
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                if (2 * ti + i < ho && 2 * tj + j < wo)
+                    memcpy(out + ((b * ho + 2 * ti + i) * wo + 2 * tj + j) * c + c0, y[i][j],
+                           (size_t)cb * sizeof(float));
+    }
+}
+
 /* ------------------------------------------------------------ reductions */
 
 /* Sixteen partial sums let the loop vectorize without -ffast-math (which

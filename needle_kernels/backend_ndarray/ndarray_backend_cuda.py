@@ -30,6 +30,8 @@ from .backend_checks import (
     check_batchnorm,
     check_bias_add,
     check_col2im,
+    check_winograd_input,
+    check_winograd_output,
     check_labels,
     check_lstm,
     check_softmax_xent,
@@ -221,7 +223,7 @@ KERNELS = {
     "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle",
                   "softmax_xent", "softmax_xent_grad"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
-    "conv.cu": ("col2im",),
+    "conv.cu": ("col2im", "winograd_input", "winograd_output"),
     "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
     "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
 }
@@ -613,6 +615,28 @@ def col2im(cols, out, n, h, w, c, k, s):
     if out.size:
         _launch(_kernel("col2im"), *grid_1d(out.size),
                 (cols.array, out.array, _i64(n), _i64(h), _i64(w), _i64(c), _i64(k), _i64(s), _i64(ho), _i64(wo)))
+
+
+def winograd_input(a, out, n, h, w, c):
+    """The transformed 4x4 tiles of a 3x3 convolution's input (see the reference); one thread per (tile, channel)."""
+    _require("winograd_input")
+    _check_arrays("winograd_input", a=a, out=out)
+    n, h, w, c = (int(x) for x in (n, h, w, c))
+    th, tw = check_winograd_input("winograd_input", a, out, n, h, w, c)
+    if out.size:
+        _launch(_kernel("winograd_input"), *grid_1d(out.size // 16),
+                (a.array, out.array, _i64(n), _i64(h), _i64(w), _i64(c), _i64(th), _i64(tw)))
+
+
+def winograd_output(m, out, n, ho, wo, c):
+    """The 2x2 output blocks of a 3x3 convolution from its 16 tile products (see the reference)."""
+    _require("winograd_output")
+    _check_arrays("winograd_output", m=m, out=out)
+    n, ho, wo, c = (int(x) for x in (n, ho, wo, c))
+    th, tw = check_winograd_output("winograd_output", m, out, n, ho, wo, c)
+    if out.size:
+        _launch(_kernel("winograd_output"), *grid_1d(m.size // 16),
+                (m.array, out.array, _i64(n), _i64(ho), _i64(wo), _i64(c), _i64(th), _i64(tw)))
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

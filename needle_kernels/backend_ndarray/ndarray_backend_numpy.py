@@ -36,6 +36,8 @@ from .backend_checks import (
     check_size,
     check_softmax_xent,
     check_view,
+    check_winograd_input,
+    check_winograd_output,
     prod,
     read_view,
 )
@@ -319,6 +321,45 @@ def col2im(cols, out, n, h, w, c, k, s):
     for ki in range(k):
         for kj in range(k):
             img[:, ki:ki + s * (ho - 1) + 1:s, kj:kj + s * (wo - 1) + 1:s, :] += windows[:, :, :, ki, kj, :]
+
+
+# Winograd F(2x2, 3x3): a 3x3 convolution of stride 1 as 16 matrix products over the
+# channels, one per entry of a transformed 4x4 tile. Tile (b, ti, tj) of an NHWC image is
+# d[i][j] = image[b, 2ti + i, 2tj + j] (zero outside the image) and gives the outputs
+# (2ti + i, 2tj + j), i, j < 2, of its (h - 2) x (w - 2) convolution:
+#   Y = A^T [(G g G^T) . (B^T d B)] A,
+#   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  A^T = [1 1 1 0; 0 1 -1 -1],
+# with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] for the kernel g (the caller's part).
+# Tiles are numbered t = (b * th + ti) * tw + tj, th = (h - 1) // 2, tw = (w - 1) // 2.
+
+def _winograd_bt(d0, d1, d2, d3):
+    return d0 - d2, d1 + d2, d2 - d1, d1 - d3
+
+
+def winograd_input(a, out, n, h, w, c):
+    """out (16, n*th*tw, c) = the tiles of the compact NHWC image a (n, h, w, c), transformed:
+    out[4u + v, t, ch] = (B^T d B)[u, v] for tile t's d of channel ch."""
+    th, tw = check_winograd_input("winograd_input", a, out, n, h, w, c)
+    img = np.zeros((n, 2 * th + 2, 2 * tw + 2, c), np.float32)
+    img[:, :h, :w] = a.array.reshape(n, h, w, c)
+    d = [[img[:, i:i + 2 * th:2, j:j + 2 * tw:2] for j in range(4)] for i in range(4)]
+    rows = [_winograd_bt(*(d[i][j] for i in range(4))) for j in range(4)]  # rows[j][u] = (B^T d)[u, j]
+    tiles = out.array.reshape(4, 4, n, th, tw, c)
+    for u in range(4):
+        tiles[u] = np.stack(_winograd_bt(*(rows[j][u] for j in range(4))))
+
+
+def winograd_output(m, out, n, ho, wo, c):
+    """out (n, ho, wo, c) = the 2x2 output blocks of the 16 products m (16, n*th*tw, c),
+    th = (ho + 1) // 2: out[b, 2ti + i, 2tj + j, ch] = (A^T M A)[i, j] inside the image."""
+    th, tw = check_winograd_output("winograd_output", m, out, n, ho, wo, c)
+    q = m.array.reshape(4, 4, n, th, tw, c)
+    s = (q[0] + q[1] + q[2], q[1] - q[2] - q[3])  # A^T M
+    img = np.empty((n, 2 * th, 2 * tw, c), np.float32)
+    for i in range(2):
+        img[:, i::2, 0::2] = s[i][0] + s[i][1] + s[i][2]
+        img[:, i::2, 1::2] = s[i][1] - s[i][2] - s[i][3]
+    out.array[:] = img[:, :ho, :wo].reshape(-1)
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

@@ -1,5 +1,6 @@
-"""Entry points of the backends' fused kernels: optimizer updates, col2im, softmax cross-entropy,
-batch norm, the LSTM cell, the activations' adjoints and a linear layer's bias.
+"""Entry points of the backends' fused kernels: optimizer updates, col2im, Winograd's tile
+transforms, softmax cross-entropy, batch norm, the LSTM cell, the activations' adjoints and a
+linear layer's bias.
 
 Each is one pass of one kernel over whole arrays, where the same formula
 written with array operations would take a dozen kernels and temporaries.
@@ -67,6 +68,34 @@ def col2im(cols, image_shape, stride):
         raise ValueError(f"col2im: cols of shape {cols.shape} are not the {k}x{k} stride-{s} windows of {image_shape}")
     out = NDArray._new((n, h, w, c), cols._device)
     cols._device.col2im(cols.compact()._handle, out._handle, n, h, w, c, k, s)
+    return out
+
+
+def winograd_runs_on(device):
+    """Whether ``device`` has Winograd's tile transforms (convolution uses im2col where not)."""
+    return _has_kernel(device, "winograd_input") and _has_kernel(device, "winograd_output")
+
+
+def winograd_input(image):
+    """(16, N*th*tw, C): the Winograd F(2x2, 3x3) tiles of an NHWC ``image`` (N, H, W, C),
+    transformed (B^T d B): the left operands of its 3x3 convolution's 16 tile products."""
+    if image.ndim != 4 or image.shape[1] < 3 or image.shape[2] < 3:
+        raise ValueError(f"winograd_input: needs an NHWC image of at least 3x3, got shape {image.shape}")
+    n, h, w, c = image.shape
+    out = NDArray._new((16, n * ((h - 1) // 2) * ((w - 1) // 2), c), image._device)
+    image._device.winograd_input(image.compact()._handle, out._handle, n, h, w, c)
+    return out
+
+
+def winograd_output(products, n, ho, wo):
+    """(N, Ho, Wo, C): the 3x3 convolution whose 16 tile products (16, N*th*tw, C) are
+    ``products``, th = ceil(Ho / 2), tw = ceil(Wo / 2) (A^T M A, one 2x2 block per tile)."""
+    n, ho, wo = int(n), int(ho), int(wo)
+    if products.ndim != 3 or products.shape[:2] != (16, n * ((ho + 1) // 2) * ((wo + 1) // 2)):
+        raise ValueError(f"winograd_output: products of shape {products.shape} are not the 16 tile "
+                         f"products of an output of {n}x{ho}x{wo}")
+    out = NDArray._new((n, ho, wo, products.shape[2]), products._device)
+    products._device.winograd_output(products.compact()._handle, out._handle, n, ho, wo, products.shape[2])
     return out
 
 

@@ -9,7 +9,13 @@ channels is a block that ``as_strided`` can describe without copying:
 with strides ``(sN, s*sH, s*sW, sH, sW, sC)``. Reshaping ``cols`` to
 ``(N*Ho*Wo, K*K*C_in)`` is the one copy (im2col proper); multiplying by the
 weight seen as ``(K*K*C_in, C_out)`` is the convolution.
+
+A 3x3 convolution of stride 1 with enough channels runs as Winograd's F(2x2, 3x3)
+instead, where the device has its tile transforms: 16 products of (tiles, C_in) by
+(C_in, C_out), 2.25x fewer multiply-adds than im2col's product and no im2col copy.
 """
+import numpy
+
 from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api, device_of, element_strides
 from ..shapes import normalize_axes
@@ -168,6 +174,30 @@ def _tap_plan(h, w, k, stride, padding):
     return lo, hi, ((0, 0), widths[0], widths[1], (0, 0))
 
 
+# Winograd F(2x2, 3x3) pays for its tile transforms only with enough channels to multiply
+# (measured with benchmarks/bench_backend.py's conv rows on ResNet9's and the conv row's shapes)
+WINOGRAD_MIN_CHANNELS = 16
+# G (4 x 3) of F(2x2, 3x3); kron(G, G) (16 x 9) maps a flattened 3x3 kernel to its 4x4 transform
+_WINOGRAD_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], numpy.float32)
+_WINOGRAD_GG = numpy.kron(_WINOGRAD_G, _WINOGRAD_G)
+
+
+def _winograd_fits(image, k, stride, c_in, c_out):
+    return (k == 3 and stride == 1 and min(c_in, c_out) >= WINOGRAD_MIN_CHANNELS
+            and array_api.winograd_runs_on(device_of(image)))
+
+
+def _winograd_conv3x3(image, weight):
+    """The stride-1 convolution of the (padded) NHWC ``image`` with the (3, 3, C_in, C_out)
+    ``weight``: U = G g G^T for all channel pairs in one product, the 16 tile products as
+    one batched matmul, and the transforms of the input tiles and of the products."""
+    n, h, w, c_in = image.shape
+    c_out = weight.shape[3]
+    gg = array_api.array(_WINOGRAD_GG, device=device_of(image))
+    u = array_api.reshape(gg @ array_api.reshape(weight, (9, c_in * c_out)), (16, c_in, c_out))
+    return array_api.winograd_output(array_api.winograd_input(image) @ u, n, h - 2, w - 2)
+
+
 class Conv(TensorOp):
     """out = conv(A, B): A (N, H, W, C_in) NHWC, B (K, K, C_in, C_out), zero padding p, stride s.
 
@@ -177,7 +207,9 @@ class Conv(TensorOp):
     With G = g as (N*Ho*Wo, C_out) and X the im2col matrix:
     dB = X^T @ G,  dA = crop(col2im(G @ B^T)), the transposes of the forward product.
     Taps that only ever meet padding are left out of X and B (see ``_tap_plan``); their
-    entries of dB are zero.
+    entries of dB are zero. With stride 1 and the whole kernel, dA is itself a convolution:
+    of g, padded by K - 1 - p, with B flipped in space and its channel axes swapped (so a
+    3x3 one runs as Winograd too, and col2im's scatter is not needed).
     """
 
     def __init__(self, stride=1, padding=0):
@@ -199,10 +231,12 @@ class Conv(TensorOp):
         if hi - lo + 1 < k:
             B = B[lo:hi + 1, lo:hi + 1]
         kl = hi - lo + 1
-        view = _window_view(A, kl, self.stride)
-        n, ho, wo = view.shape[:3]
-        cols = array_api.reshape(view, (n * ho * wo, kl * kl * c_in))
+        if _winograd_fits(A, kl, self.stride, c_in, c_out):
+            # dB's im2col matrix is made in the backward pass, if it is needed
+            return SavedForBackward(_winograd_conv3x3(A, B), (A, None))
+        cols = _im2col_rows(A, kl, self.stride)
         out = cols @ array_api.reshape(B, (kl * kl * c_in, c_out))
+        n, ho, wo = (A.shape[0],) + tuple((size - kl) // self.stride + 1 for size in A.shape[1:3])
         # the gradient needs exactly these arrays again: the node keeps them, not the op
         return SavedForBackward(array_api.reshape(out, (n, ho, wo, c_out)), (A, cols))
 
@@ -222,6 +256,8 @@ class Conv(TensorOp):
         taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
         grad2d = reshape(out_grad, (n * ho * wo, c_out))
         padded_data, cols_data = saved
+        if cols_data is None and need_b:
+            cols_data = _im2col_rows(padded_data, kl, self.stride)
         dA = dB = None
         if need_b:
             # Rebuild the forward's im2col chain as graph nodes around the arrays
@@ -234,12 +270,21 @@ class Conv(TensorOp):
             # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
             dB = reshape(transpose(transpose(grad2d) @ cols), (kl, kl, c_in, c_out))
             dB = Pad(taps)(dB) if kl < k else dB
-        if need_a:
+        if need_a and self.stride == 1 and kl == k and self.padding <= k - 1:
+            dA = conv(out_grad, transpose(flip(B, (0, 1)), (0, 1, 3, 2)), 1, k - 1 - self.padding)
+        elif need_a:
             live = crop(B, taps) if kl < k else B
             dcols = reshape(grad2d @ transpose(reshape(live, (kl * kl * c_in, c_out))), (n, ho, wo, kl, kl, c_in))
             dA = col2im(dcols, padded_data.shape, self.stride)
             dA = crop(dA, pad_width) if padded_image else dA
         return dA, dB
+
+
+def _im2col_rows(image, k, stride):
+    """The (N*Ho*Wo, K*K*C) im2col matrix of an NHWC image: the one copy of its windows."""
+    view = _window_view(image, k, stride)
+    n, ho, wo = view.shape[:3]
+    return array_api.reshape(view, (n * ho * wo, k * k * image.shape[3]))
 
 
 def conv(a, b, stride=1, padding=1):
