@@ -231,6 +231,18 @@ def test_winograd_bad_sizes(backend, ref, fn, first, out, dims):
 
 
 @pytest.mark.parametrize("sizes, dims", [
+    # a 4x4 image of 2 channels (32 floats) by a 2 -> 3 kernel (16 * 6 floats): a 2x2x3 output
+    ((31, 96, 12), (1, 4, 4, 2, 3)),   # image too small
+    ((32, 95, 12), (1, 4, 4, 2, 3)),   # kernel too small
+    ((32, 96, 13), (1, 4, 4, 2, 3)),   # out too big
+    ((32, 96, 12), (1, 2, 16, 2, 3)),  # a 3x3 kernel does not fit 2 rows
+    ((32, 96, 12), (1, 4, 4, -2, 3)),  # negative channels
+])
+def test_winograd_conv3x3_bad_sizes(backend, ref, sizes, dims):
+    raises_like_reference(backend, ref, "winograd_conv3x3", lambda m: arrays(m, *sizes) + list(dims))
+
+
+@pytest.mark.parametrize("sizes, dims", [
     ((12, 3, 3, 3), (3, 5)),        # z has 12 elements, not rows * cols = 15
     ((15, 2, 3, 3), (3, 5)),        # two labels for three rows
     ((15, 3, 3, 2), (3, 5)),        # loss too small

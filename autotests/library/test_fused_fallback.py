@@ -12,7 +12,7 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
-         "bias_add", "matmul_t")
+         "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,33 @@ def test_models_train_the_same_without_fused_kernels(plain):
     for got, want in zip(_train_step(plain), _train_step(ndl.cpu_numpy())):
         if want is not None:
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _conv3x3_step(device):
+    # 16 channels, stride 1: Winograd's convolution where the device has it, im2col where not
+    np.random.seed(5)
+    conv = ndl.nn.Conv(16, 16, 3, device=device)
+    x = ndl.Tensor(np.random.randn(2, 16, 5, 6).astype(np.float32), device=device)
+    out = conv(x)
+    (out * out).sum().backward()
+    return [out.numpy(), x.grad.numpy()] + [p.grad.numpy() for p in conv.parameters()]
+
+
+def test_conv3x3_runs_the_same_without_winograd(plain):
+    assert not ndl.backend_ndarray.winograd_runs_on(plain) and ndl.backend_ndarray.winograd_runs_on(ndl.cpu_numpy())
+    for got, want in zip(_conv3x3_step(plain), _conv3x3_step(ndl.cpu_numpy())):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_winograd_conv3x3_checks_its_arguments():
+    image = ndl.backend_ndarray.NDArray(np.zeros((1, 4, 4, 2), np.float32), device=ndl.cpu())
+    for kernel, match in (((16, 3, 5), "must be \\(16, 2, C_out\\)"), ((9, 2, 5), "must be")):
+        with pytest.raises(ValueError, match=match):
+            ndl.backend_ndarray.winograd_conv3x3(image, ndl.backend_ndarray.NDArray(np.zeros(kernel, np.float32),
+                                                                                device=ndl.cpu()))
+    with pytest.raises(ValueError, match="at least 3x3"):
+        ndl.backend_ndarray.winograd_conv3x3(image[:, :2], ndl.backend_ndarray.NDArray(
+            np.zeros((16, 2, 5), np.float32), device=ndl.cpu()))
 
 
 def _lstm_step(device):

@@ -76,8 +76,7 @@ from .ndarray_fused import (
     softmax_cross_entropy,
     softmax_cross_entropy_grad,
     tanh_backward,
-    winograd_input,
-    winograd_output,
+    winograd_conv3x3,
     winograd_runs_on,
 )
 from ..shapes import broadcast_shapes

@@ -170,7 +170,7 @@ _DEVICES = {}
 
 # What NDArray calls on every device (the table of ndarray_backend_numpy, which defines each
 # name). The extensions after it (matmul_batched, matmul_t, reduce_*_axis, the optimizer updates,
-# col2im, the Winograd transforms, the fused softmax cross-entropy, batch norm and LSTM cell, the activations' adjoints,
+# col2im, Winograd's convolution and its transforms, the fused softmax cross-entropy, batch norm and LSTM cell, the activations' adjoints,
 # bias_add)
 # are looked up only when an operation needs them; the fused ones run as generic array
 # operations on a device without them.
@@ -181,8 +181,8 @@ KERNEL_TABLE = (
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "reduce_max", "reduce_sum",
 )
 EXTENSIONS = ("matmul_batched", "matmul_tiled", "matmul_t", "reduce_sum_axis", "reduce_max_axis",
-              "adam_update", "sgd_update", "col2im", "winograd_input", "winograd_output", "softmax_xent",
-              "softmax_xent_grad",
+              "adam_update", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
+              "softmax_xent", "softmax_xent_grad",
               "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
               "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add")
 

@@ -43,6 +43,7 @@ from .backend_checks import (
     check_softmax_xent,
     check_winograd_input,
     check_winograd_output,
+    check_winograd_conv,
     label_error,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
@@ -156,6 +157,8 @@ cdef enum:
     GEMM_KSPLIT_DEPTH = 1024
     # Most floats of B packed at once (256 MB).
     GEMM_PACK_MAX = 1 << 26
+    # Floats of one block of Winograd tiles with their 16 products (512 KB: in an L2 here).
+    WINOGRAD_BLOCK_FLOATS = 1 << 17
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
 cdef Py_ssize_t _direct_b = GEMM_DIRECT_B
@@ -1418,6 +1421,57 @@ def winograd_output(m, out, n, ho, wo, c):
             nk_note_thread(threadid())
             nk_winograd_output_tile(M.data + t * cc, tiles * cc, O.data, t // (cth * ctw), (t // ctw) % cth,
                                     t % ctw, cho, cwo, cc)
+
+
+def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
+    """The stride-1 3x3 convolution of an image by its transformed kernel (see the reference),
+    a block of tiles at a time: each thread transforms WINOGRAD_BLOCK_FLOATS worth of tiles,
+    runs their 16 products and the output transform while the block is in its L2, so the
+    transformed tiles and products never travel to memory and back."""
+    cdef Array A = _arr("winograd_conv3x3", "a", a)
+    cdef Array U = _arr("winograd_conv3x3", "u", u)
+    cdef Array O = _arr("winograd_conv3x3", "out", out)
+    dims = [_int("winograd_conv3x3", what, x)
+            for what, x in (("n", n), ("h", h), ("w", w), ("c_in", c_in), ("c_out", c_out))]
+    th, tw = check_winograd_conv("winograd_conv3x3", A, U, O, *dims)
+    cdef Py_ssize_t ch = dims[1], cw = dims[2], ci = dims[3], co = dims[4], cth = th, ctw = tw
+    cdef Py_ssize_t tiles = dims[0] * th * tw, tb, nblocks, blk, t0, nb, j, t, q
+    if tiles == 0 or co == 0:
+        return
+    # tiles per block: the block's transformed tiles and products take WINOGRAD_BLOCK_FLOATS
+    tb = WINOGRAD_BLOCK_FLOATS // (16 * (ci + co))
+    tb = 4 if tb < 4 else (tb // 4 * 4)
+    nblocks = (tiles + tb - 1) // tb
+    cdef int nt = _threads_for(2 * 16 * tiles * ci * co // 64), err = 0
+    if nt > nblocks:
+        nt = <int>nblocks
+    cdef Py_ssize_t per = 16 * tb * (ci + co)
+    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    cdef float *V
+    cdef float *M
+    if buf == NULL:
+        raise MemoryError("winograd_conv3x3: cannot allocate tile buffers")
+    nk_reset_threads()
+    with nogil:
+        for blk in prange(nblocks, num_threads=nt, schedule="static"):
+            nk_note_thread(threadid())
+            V = buf + threadid() * per
+            M = V + 16 * tb * ci
+            t0 = blk * tb
+            nb = tb if tb < tiles - t0 else tiles - t0
+            for j in range(nb):
+                t = t0 + j
+                nk_winograd_input_tile(A.data, V + j * ci, tb * ci, t // (cth * ctw), (t // ctw) % cth, t % ctw,
+                                       ch, cw, ci)
+            for q in range(16):
+                err += _gemm(V + q * tb * ci, U.data + q * ci * co, M + q * tb * co, nb, ci, co, 1)
+            for j in range(nb):
+                t = t0 + j
+                nk_winograd_output_tile(M + j * co, tb * co, O.data, t // (cth * ctw), (t // ctw) % cth, t % ctw,
+                                        ch - 2, cw - 2, co)
+    free(buf)
+    if err:
+        raise MemoryError("winograd_conv3x3: cannot allocate packing buffers")
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

@@ -32,6 +32,7 @@ from .backend_checks import (
     check_col2im,
     check_winograd_input,
     check_winograd_output,
+    check_winograd_conv,
     check_labels,
     check_lstm,
     check_softmax_xent,
@@ -637,6 +638,22 @@ def winograd_output(m, out, n, ho, wo, c):
     if out.size:
         _launch(_kernel("winograd_output"), *grid_1d(m.size // 16),
                 (m.array, out.array, _i64(n), _i64(ho), _i64(wo), _i64(c), _i64(th), _i64(tw)))
+
+
+def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
+    """The stride-1 3x3 convolution of an image by its transformed kernel (see the reference): the
+    input transform, the 16 products as one batched matmul, the output transform."""
+    _require("winograd_conv3x3")
+    _check_arrays("winograd_conv3x3", a=a, u=u, out=out)
+    n, h, w, c_in, c_out = (int(x) for x in (n, h, w, c_in, c_out))
+    th, tw = check_winograd_conv("winograd_conv3x3", a, u, out, n, h, w, c_in, c_out)
+    tiles = n * th * tw
+    if out.size == 0:
+        return
+    transformed, products = Array(16 * tiles * c_in), Array(16 * tiles * c_out)
+    winograd_input(a, transformed, n, h, w, c_in)
+    matmul_batched(transformed, u, products, 16, tiles, c_in, c_out)
+    winograd_output(products, out, n, h - 2, w - 2, c_out)
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

@@ -38,6 +38,7 @@ from .backend_checks import (
     check_view,
     check_winograd_input,
     check_winograd_output,
+    check_winograd_conv,
     prod,
     read_view,
 )
@@ -360,6 +361,18 @@ def winograd_output(m, out, n, ho, wo, c):
         img[:, i::2, 0::2] = s[i][0] + s[i][1] + s[i][2]
         img[:, i::2, 1::2] = s[i][1] - s[i][2] - s[i][3]
     out.array[:] = img[:, :ho, :wo].reshape(-1)
+
+
+def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
+    """out (n, h-2, w-2, c_out) = the stride-1 3x3 convolution of the compact NHWC image a
+    (n, h, w, c_in) whose kernel g has the transform u (16, c_in, c_out), u[4p + q] = (G g G^T)[p, q]:
+    winograd_output of the 16 products winograd_input(a)[t] @ u[t]."""
+    th, tw = check_winograd_conv("winograd_conv3x3", a, u, out, n, h, w, c_in, c_out)
+    tiles = Array(16 * n * th * tw * c_in)
+    winograd_input(a, tiles, n, h, w, c_in)
+    products = Array(16 * n * th * tw * c_out)
+    products.array[:] = np.matmul(tiles.array.reshape(16, -1, c_in), u.array.reshape(16, c_in, c_out)).ravel()
+    winograd_output(products, out, n, h - 2, w - 2, c_out)
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

@@ -72,30 +72,25 @@ def col2im(cols, image_shape, stride):
 
 
 def winograd_runs_on(device):
-    """Whether ``device`` has Winograd's tile transforms (convolution uses im2col where not)."""
-    return _has_kernel(device, "winograd_input") and _has_kernel(device, "winograd_output")
+    """Whether ``device`` has Winograd's convolution (convolution uses im2col where not)."""
+    return _has_kernel(device, "winograd_conv3x3")
 
 
-def winograd_input(image):
-    """(16, N*th*tw, C): the Winograd F(2x2, 3x3) tiles of an NHWC ``image`` (N, H, W, C),
-    transformed (B^T d B): the left operands of its 3x3 convolution's 16 tile products."""
+def winograd_conv3x3(image, kernel):
+    """(N, H - 2, W - 2, C_out): the stride-1 3x3 convolution of the NHWC ``image`` (N, H, W, C_in)
+    whose kernel g has the Winograd F(2x2, 3x3) transform ``kernel`` (16, C_in, C_out),
+    kernel[4p + q] = (G g G^T)[p, q] for every channel pair."""
     if image.ndim != 4 or image.shape[1] < 3 or image.shape[2] < 3:
-        raise ValueError(f"winograd_input: needs an NHWC image of at least 3x3, got shape {image.shape}")
-    n, h, w, c = image.shape
-    out = NDArray._new((16, n * ((h - 1) // 2) * ((w - 1) // 2), c), image._device)
-    image._device.winograd_input(image.compact()._handle, out._handle, n, h, w, c)
-    return out
-
-
-def winograd_output(products, n, ho, wo):
-    """(N, Ho, Wo, C): the 3x3 convolution whose 16 tile products (16, N*th*tw, C) are
-    ``products``, th = ceil(Ho / 2), tw = ceil(Wo / 2) (A^T M A, one 2x2 block per tile)."""
-    n, ho, wo = int(n), int(ho), int(wo)
-    if products.ndim != 3 or products.shape[:2] != (16, n * ((ho + 1) // 2) * ((wo + 1) // 2)):
-        raise ValueError(f"winograd_output: products of shape {products.shape} are not the 16 tile "
-                         f"products of an output of {n}x{ho}x{wo}")
-    out = NDArray._new((n, ho, wo, products.shape[2]), products._device)
-    products._device.winograd_output(products.compact()._handle, out._handle, n, ho, wo, products.shape[2])
+        raise ValueError(f"winograd_conv3x3: needs an NHWC image of at least 3x3, got shape {image.shape}")
+    n, h, w, c_in = image.shape
+    if kernel.ndim != 3 or kernel.shape[:2] != (16, c_in):
+        raise ValueError(f"winograd_conv3x3: kernel of shape {kernel.shape} for an image of {c_in} channels: "
+                         f"it must be (16, {c_in}, C_out)")
+    if kernel._device is not image._device and kernel._device != image._device:
+        raise ValueError(f"winograd_conv3x3: the kernel is on {kernel.device}, the image on {image.device}")
+    out = NDArray._new((n, h - 2, w - 2, kernel.shape[2]), image._device)
+    image._device.winograd_conv3x3(image.compact()._handle, kernel.compact()._handle, out._handle,
+                                   n, h, w, c_in, kernel.shape[2])
     return out
 
 

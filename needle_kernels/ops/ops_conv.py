@@ -189,13 +189,12 @@ def _winograd_fits(image, k, stride, c_in, c_out):
 
 def _winograd_conv3x3(image, weight):
     """The stride-1 convolution of the (padded) NHWC ``image`` with the (3, 3, C_in, C_out)
-    ``weight``: U = G g G^T for all channel pairs in one product, the 16 tile products as
-    one batched matmul, and the transforms of the input tiles and of the products."""
-    n, h, w, c_in = image.shape
-    c_out = weight.shape[3]
+    ``weight``: U = G g G^T for all channel pairs in one product, then the backend's kernel
+    (transforms of the input tiles, the 16 tile products, transforms of the products)."""
+    c_in, c_out = weight.shape[2], weight.shape[3]
     gg = array_api.array(_WINOGRAD_GG, device=device_of(image))
     u = array_api.reshape(gg @ array_api.reshape(weight, (9, c_in * c_out)), (16, c_in, c_out))
-    return array_api.winograd_output(array_api.winograd_input(image) @ u, n, h - 2, w - 2)
+    return array_api.winograd_conv3x3(image, u)
 
 
 class Conv(TensorOp):
