@@ -25,7 +25,8 @@ TABLE = [
     "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
-    "adam_update", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3", "softmax_xent",
+    "adam_update", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
+    "winograd_weight_grad", "softmax_xent",
     "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
     "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
 ]
@@ -535,6 +536,38 @@ def test_winograd_conv3x3_large(backend, ref, n, h, c_in, c_out):
     got, want = both(backend, ref, "winograd_conv3x3", [image.ravel(), _winograd_weight(weight).astype(np.float32).ravel()],
                      n * (h - 2) ** 2 * c_out, n, h, h, c_in, c_out)
     close(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(9 * c_in))
+
+
+def _conv3x3_weight_grad_loops(image, grad):
+    """dW[ki, kj] = sum over pixels of image[y + ki, x + kj] (x) grad[y, x], in float64."""
+    h, w = image.shape[1:3]
+    return np.stack([np.stack([np.einsum("byxc,byxo->co", image[:, ki:ki + h - 2, kj:kj + w - 2].astype(np.float64),
+                                         grad) for kj in range(3)]) for ki in range(3)])
+
+
+@given_settings
+@given(st.integers(0, 3), st.integers(3, 9), st.integers(3, 9), st.sampled_from([1, 3, 16, 65]),
+       st.sampled_from([1, 4, 16, 33]), st.integers(0, 2**32 - 1))
+def test_winograd_weight_grad(backend, ref, n, h, w, c_in, c_out, seed):
+    rng = np.random.default_rng(seed)
+    image = rng.standard_normal((n, h, w, c_in)).astype(np.float32)
+    grad = rng.standard_normal((n, h - 2, w - 2, c_out)).astype(np.float32)
+    got, want = both(backend, ref, "winograd_weight_grad", [image.ravel(), grad.ravel()], 9 * c_in * c_out,
+                     n, h, w, c_in, c_out)
+    tol = 1e-4 * np.sqrt(n * (h - 2) * (w - 2) + 1)  # sums over every pixel, in another order
+    close(got, want, rtol=1e-4, atol=tol)
+    close(want, _conv3x3_weight_grad_loops(image, grad).ravel(), rtol=1e-4, atol=tol)
+
+
+@pytest.mark.parametrize("n, h, c_in, c_out", [(64, 18, 64, 64), (128, 6, 32, 32), (5, 35, 3, 130)])
+def test_winograd_weight_grad_large(backend, ref, n, h, c_in, c_out):
+    """Blocks of tiles summed on two threads, and a last block cut short."""
+    rng = np.random.default_rng(h)
+    image = rng.standard_normal((n, h, h, c_in)).astype(np.float32)
+    grad = rng.standard_normal((n, h - 2, h - 2, c_out)).astype(np.float32)
+    got, want = both(backend, ref, "winograd_weight_grad", [image.ravel(), grad.ravel()], 9 * c_in * c_out,
+                     n, h, h, c_in, c_out)
+    close(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(n * (h - 2) ** 2))
 
 
 @pytest.mark.parametrize("n, h, w, c", [(64, 18, 18, 64), (128, 6, 6, 32), (3, 33, 10, 70)])

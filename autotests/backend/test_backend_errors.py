@@ -243,6 +243,17 @@ def test_winograd_conv3x3_bad_sizes(backend, ref, sizes, dims):
 
 
 @pytest.mark.parametrize("sizes, dims", [
+    # a 4x4 image of 2 channels (32 floats), its 2x2x3 output gradient (12): a 3x3x2x3 kernel (54)
+    ((31, 12, 54), (1, 4, 4, 2, 3)),   # image too small
+    ((32, 13, 54), (1, 4, 4, 2, 3)),   # gradient too big
+    ((32, 12, 53), (1, 4, 4, 2, 3)),   # out too small
+    ((32, 12, 54), (1, 4, 2, 2, 3)),   # a 3x3 kernel does not fit 2 columns
+])
+def test_winograd_weight_grad_bad_sizes(backend, ref, sizes, dims):
+    raises_like_reference(backend, ref, "winograd_weight_grad", lambda m: arrays(m, *sizes) + list(dims))
+
+
+@pytest.mark.parametrize("sizes, dims", [
     ((12, 3, 3, 3), (3, 5)),        # z has 12 elements, not rows * cols = 15
     ((15, 2, 3, 3), (3, 5)),        # two labels for three rows
     ((15, 3, 3, 2), (3, 5)),        # loss too small

@@ -12,7 +12,8 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
-         "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3")
+         "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3",
+         "winograd_weight_grad")
 
 
 @pytest.fixture(scope="module")
@@ -42,19 +43,21 @@ def test_models_train_the_same_without_fused_kernels(plain):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def _conv3x3_step(device):
-    # 16 channels, stride 1: Winograd's convolution where the device has it, im2col where not
+def _conv3x3_step(device, create_graph):
+    # 16 channels, stride 1: Winograd's convolution where the device has it, im2col where not;
+    # without create_graph, the weight gradient by Winograd too
     np.random.seed(5)
     conv = ndl.nn.Conv(16, 16, 3, device=device)
     x = ndl.Tensor(np.random.randn(2, 16, 5, 6).astype(np.float32), device=device)
     out = conv(x)
-    (out * out).sum().backward()
+    (out * out).sum().backward(create_graph=create_graph)
     return [out.numpy(), x.grad.numpy()] + [p.grad.numpy() for p in conv.parameters()]
 
 
-def test_conv3x3_runs_the_same_without_winograd(plain):
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_conv3x3_runs_the_same_without_winograd(plain, create_graph):
     assert not ndl.backend_ndarray.winograd_runs_on(plain) and ndl.backend_ndarray.winograd_runs_on(ndl.cpu_numpy())
-    for got, want in zip(_conv3x3_step(plain), _conv3x3_step(ndl.cpu_numpy())):
+    for got, want in zip(_conv3x3_step(plain, create_graph), _conv3x3_step(ndl.cpu_numpy(), create_graph)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 

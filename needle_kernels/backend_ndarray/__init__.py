@@ -78,5 +78,6 @@ from .ndarray_fused import (
     tanh_backward,
     winograd_conv3x3,
     winograd_runs_on,
+    winograd_weight_grad,
 )
 from ..shapes import broadcast_shapes

@@ -162,6 +162,18 @@ def check_winograd_conv(name, image, kernel, out, n, h, w, c_in, c_out):
     return (h - 1) // 2, (w - 1) // 2
 
 
+def check_winograd_weight_grad(name, image, grad, out, n, h, w, c_in, c_out):
+    """(th, tw) of the weight gradient (3, 3, c_in, c_out) ``out`` of a stride-1 3x3 convolution of
+    the (n, h, w, c_in) ``image`` whose output gradient is ``grad`` (n, h - 2, w - 2, c_out)."""
+    if min(n, c_in, c_out) < 0 or h < 3 or w < 3:
+        raise ValueError(f"{name}: needs n, c_in, c_out >= 0 and an image of at least 3x3, "
+                         f"got n={n}, h={h}, w={w}, c_in={c_in}, c_out={c_out}")
+    check_size(name, image, n * h * w * c_in, f"the image (n={n}, h={h}, w={w}, c_in={c_in})")
+    check_size(name, grad, n * (h - 2) * (w - 2) * c_out, f"the gradient (n={n}, ho={h - 2}, wo={w - 2}, c_out={c_out})")
+    check_size(name, out, 9 * c_in * c_out, f"out (3, 3, c_in={c_in}, c_out={c_out})")
+    return (h - 1) // 2, (w - 1) // 2
+
+
 def check_softmax_xent(name, z, labels, rows, cols, **arrays):
     """Sizes of a fused softmax cross-entropy call: z (and ``out``) (rows, cols), labels and every
     other array one value per row. Raises ValueError naming the array that does not fit."""

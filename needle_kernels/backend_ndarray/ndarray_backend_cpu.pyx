@@ -44,6 +44,7 @@ from .backend_checks import (
     check_winograd_input,
     check_winograd_output,
     check_winograd_conv,
+    check_winograd_weight_grad,
     label_error,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
@@ -105,6 +106,9 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                                 Py_ssize_t tj, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c)
     void nk_winograd_output_tile(const float *m, Py_ssize_t ld, float *out, Py_ssize_t b, Py_ssize_t ti,
                                  Py_ssize_t tj, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
+    void nk_winograd_grad_tile(const float *g, float *out, Py_ssize_t ld, Py_ssize_t b, Py_ssize_t ti,
+                               Py_ssize_t tj, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
+    void nk_winograd_weight_output(const float *m, float *dw, Py_ssize_t n)
 
 cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
@@ -1423,6 +1427,14 @@ def winograd_output(m, out, n, ho, wo, c):
                                     t % ctw, cho, cwo, cc)
 
 
+cdef Py_ssize_t _winograd_block(Py_ssize_t tb, Py_ssize_t tiles, int nt):
+    """Tiles per block: at most tb, few enough that every thread gets a block, a multiple of 4."""
+    cdef Py_ssize_t share = (tiles + nt - 1) // nt
+    if tb > share:
+        tb = share
+    return 4 if tb < 4 else tb // 4 * 4
+
+
 def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     """The stride-1 3x3 convolution of an image by its transformed kernel (see the reference),
     a block of tiles at a time: each thread transforms WINOGRAD_BLOCK_FLOATS worth of tiles,
@@ -1438,11 +1450,10 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     cdef Py_ssize_t tiles = dims[0] * th * tw, tb, nblocks, blk, t0, nb, j, t, q
     if tiles == 0 or co == 0:
         return
-    # tiles per block: the block's transformed tiles and products take WINOGRAD_BLOCK_FLOATS
-    tb = WINOGRAD_BLOCK_FLOATS // (16 * (ci + co))
-    tb = 4 if tb < 4 else (tb // 4 * 4)
-    nblocks = (tiles + tb - 1) // tb
     cdef int nt = _threads_for(2 * 16 * tiles * ci * co // 64), err = 0
+    # the block's transformed tiles and products take WINOGRAD_BLOCK_FLOATS
+    tb = _winograd_block(WINOGRAD_BLOCK_FLOATS // (16 * (ci + co)), tiles, nt)
+    nblocks = (tiles + tb - 1) // tb
     if nt > nblocks:
         nt = <int>nblocks
     cdef Py_ssize_t per = 16 * tb * (ci + co)
@@ -1472,6 +1483,70 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     free(buf)
     if err:
         raise MemoryError("winograd_conv3x3: cannot allocate packing buffers")
+
+
+def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
+    """The weight gradient of a stride-1 3x3 convolution (see the reference). Each thread sums
+    the 16 tile products of its blocks of tiles (input and gradient tiles transformed while the
+    block is in its L2) into its own 16 x c_in x c_out block; the blocks are added and
+    transformed to the 3 x 3 kernel at the end."""
+    cdef Array A = _arr("winograd_weight_grad", "a", a)
+    cdef Array G = _arr("winograd_weight_grad", "g", g)
+    cdef Array O = _arr("winograd_weight_grad", "out", out)
+    dims = [_int("winograd_weight_grad", what, x)
+            for what, x in (("n", n), ("h", h), ("w", w), ("c_in", c_in), ("c_out", c_out))]
+    th, tw = check_winograd_weight_grad("winograd_weight_grad", A, G, O, *dims)
+    cdef Py_ssize_t ch = dims[1], cw = dims[2], ci = dims[3], co = dims[4], cth = th, ctw = tw
+    cdef Py_ssize_t tiles = dims[0] * th * tw, pairs = ci * co, tb, nblocks, blk, t0, nb, j, t, q, i
+    if pairs == 0:
+        return
+    cdef int nt = _threads_for(2 * 16 * tiles * pairs // 64), err = 0, tid
+    # blocks 4x as deep as the convolution's: each block's 16 products are as deep as it is
+    # tall, and shallow products do not repay the direct kernel's gathering of V's columns
+    tb = _winograd_block(4 * WINOGRAD_BLOCK_FLOATS // (16 * (ci + co)), tiles, nt)
+    nblocks = (tiles + tb - 1) // tb
+    if nt > nblocks:
+        nt = <int>(nblocks if nblocks > 0 else 1)
+    # per thread: its sums (16 pairs), one block of input and gradient tiles, one product
+    cdef Py_ssize_t per = 16 * pairs + 16 * tb * (ci + co) + pairs
+    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
+    cdef float *S
+    cdef float *V
+    cdef float *E
+    cdef float *P
+    if buf == NULL:
+        raise MemoryError("winograd_weight_grad: cannot allocate tile buffers")
+    nk_reset_threads()
+    with nogil:
+        memset(buf, 0, nt * per * sizeof(float))
+        for blk in prange(nblocks, num_threads=nt, schedule="static"):
+            tid = threadid()
+            nk_note_thread(tid)
+            S = buf + tid * per
+            V = S + 16 * pairs
+            E = V + 16 * tb * ci
+            P = E + 16 * tb * co
+            t0 = blk * tb
+            nb = tb if tb < tiles - t0 else tiles - t0
+            for j in range(nb):
+                t = t0 + j
+                nk_winograd_input_tile(A.data, V + j * ci, tb * ci, t // (cth * ctw), (t // ctw) % cth, t % ctw,
+                                       ch, cw, ci)
+                nk_winograd_grad_tile(G.data, E + j * co, tb * co, t // (cth * ctw), (t // ctw) % cth, t % ctw,
+                                      ch - 2, cw - 2, co)
+            for q in range(16):
+                # P (c_in, c_out) = V[q]^T @ E[q]: V[q] (nb, c_in) read as its transpose
+                err += _gemm_direct(kern, V + q * tb * ci, 1, ci, E + q * tb * co, False, P, ci, nb, co, 1)
+                for i in range(pairs):
+                    S[q * pairs + i] += P[i]
+        for tid in range(1, nt):
+            for i in range(16 * pairs):
+                buf[i] += buf[tid * per + i]
+        nk_winograd_weight_output(buf, O.data, pairs)
+    free(buf)
+    if err:
+        raise MemoryError("winograd_weight_grad: cannot allocate packing buffers")
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

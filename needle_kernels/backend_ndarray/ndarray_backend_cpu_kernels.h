@@ -288,6 +288,70 @@ NK_CLONES static void nk_winograd_output_tile(const float *m, ptrdiff_t ld, floa
     }
 }
 
+/* The weight gradient of the same convolution, dW = sum over tiles of A'^T [(G' e G'^T) . (B^T d B)] A'
+ * (Winograd F(3x3, 2x2), the same points and so the same B^T): d the 4x4 input tile as above,
+ * e the tile's 2x2 block of output gradients, and
+ *
+ *   G' = [1 0; 1/2 1/2; 1/2 -1/2; 0 -1],   A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 1].
+ *
+ * tile (b, ti, tj) of the gradient g (n, ho, wo, c): out[(4u + v) * ld + ch] = (G' e G'^T)[u][v],
+ * e[i][j] = g[b, 2ti + i, 2tj + j, ch] and 0 outside. */
+NK_CLONES static void nk_winograd_grad_tile(const float *g, float *out, ptrdiff_t ld, ptrdiff_t b, ptrdiff_t ti,
+                                            ptrdiff_t tj, ptrdiff_t ho, ptrdiff_t wo, ptrdiff_t c)
+{
+    float e[2][2][NK_WB], t[4][2][NK_WB], r[4][NK_WB];
+    for (ptrdiff_t c0 = 0; c0 < c; c0 += NK_WB) {
+        ptrdiff_t cb = c - c0 < NK_WB ? c - c0 : NK_WB;
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) {
+                ptrdiff_t y = 2 * ti + i, x = 2 * tj + j;
+                if (y < ho && x < wo) {
+                    memcpy(e[i][j], g + ((b * ho + y) * wo + x) * c + c0, (size_t)cb * sizeof(float));
+                    if (cb < NK_WB) memset(e[i][j] + cb, 0, (size_t)(NK_WB - cb) * sizeof(float));
+                } else {
+                    memset(e[i][j], 0, sizeof(e[i][j]));
+                }
+            }
+        for (int j = 0; j < 2; j++) /* G' e */
+            for (ptrdiff_t k = 0; k < NK_WB; k++) {
+                float e0 = e[0][j][k], e1 = e[1][j][k];
+                t[0][j][k] = e0;
+                t[1][j][k] = 0.5f * (e0 + e1);
+                t[2][j][k] = 0.5f * (e0 - e1);
+                t[3][j][k] = -e1;
+            }
+        for (int u = 0; u < 4; u++) { /* (G' e) G'^T */
+            for (ptrdiff_t k = 0; k < NK_WB; k++) {
+                float t0 = t[u][0][k], t1 = t[u][1][k];
+                r[0][k] = t0;
+                r[1][k] = 0.5f * (t0 + t1);
+                r[2][k] = 0.5f * (t0 - t1);
+                r[3][k] = -t1;
+            }
+            for (int v = 0; v < 4; v++) memcpy(out + (4 * u + v) * ld + c0, r[v], (size_t)cb * sizeof(float));
+        }
+    }
+}
+
+/* dW (3, 3, n) from the 16 summed products m[(4u + v) * n + i] of n channel pairs: A'^T M A'. */
+NK_CLONES static void nk_winograd_weight_output(const float *m, float *dw, ptrdiff_t n)
+{
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float s[3][4];
+        for (int v = 0; v < 4; v++) {
+            float m0 = m[v * n + i], m1 = m[(4 + v) * n + i], m2 = m[(8 + v) * n + i], m3 = m[(12 + v) * n + i];
+            s[0][v] = m0 + m1 + m2;
+            s[1][v] = m1 - m2;
+            s[2][v] = m1 + m2 + m3;
+        }
+        for (int a = 0; a < 3; a++) {
+            dw[(3 * a + 0) * n + i] = s[a][0] + s[a][1] + s[a][2];
+            dw[(3 * a + 1) * n + i] = s[a][1] - s[a][2];
+            dw[(3 * a + 2) * n + i] = s[a][1] + s[a][2] + s[a][3];
+        }
+    }
+}
+
 /* ------------------------------------------------------------ reductions */
 
 /* Sixteen partial sums let the loop vectorize without -ffast-math (which

@@ -33,6 +33,7 @@ from .backend_checks import (
     check_winograd_input,
     check_winograd_output,
     check_winograd_conv,
+    check_winograd_weight_grad,
     check_labels,
     check_lstm,
     check_softmax_xent,
@@ -224,7 +225,7 @@ KERNELS = {
     "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle",
                   "softmax_xent", "softmax_xent_grad"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
-    "conv.cu": ("col2im", "winograd_input", "winograd_output"),
+    "conv.cu": ("col2im", "winograd_input", "winograd_output", "winograd_grad_tiles", "winograd_weight_output"),
     "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
     "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
 }
@@ -654,6 +655,30 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     winograd_input(a, transformed, n, h, w, c_in)
     matmul_batched(transformed, u, products, 16, tiles, c_in, c_out)
     winograd_output(products, out, n, h - 2, w - 2, c_out)
+
+
+def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
+    """The weight gradient of a stride-1 3x3 convolution (see the reference): the input and
+    gradient tiles transformed, the 16 products V[t]^T @ E[t] as one batched matmul (V's
+    transpose compacted first), and their transform to the 3x3 kernel."""
+    _require("winograd_weight_grad")
+    _check_arrays("winograd_weight_grad", a=a, g=g, out=out)
+    n, h, w, c_in, c_out = (int(x) for x in (n, h, w, c_in, c_out))
+    th, tw = check_winograd_weight_grad("winograd_weight_grad", a, g, out, n, h, w, c_in, c_out)
+    tiles, pairs = n * th * tw, c_in * c_out
+    if pairs == 0:
+        return
+    if tiles == 0:
+        fill(out, 0.0)
+        return
+    transformed, transposed = Array(16 * tiles * c_in), Array(16 * tiles * c_in)
+    grad_tiles, sums = Array(16 * tiles * c_out), Array(16 * pairs)
+    winograd_input(a, transformed, n, h, w, c_in)
+    compact(transformed, transposed, (16, c_in, tiles), (tiles * c_in, 1, c_in), 0)
+    _launch(_kernel("winograd_grad_tiles"), *grid_1d(tiles * c_out),
+            (g.array, grad_tiles.array, _i64(n), _i64(h - 2), _i64(w - 2), _i64(c_out), _i64(th), _i64(tw)))
+    matmul_batched(transposed, grad_tiles, sums, 16, c_in, tiles, c_out)
+    _launch(_kernel("winograd_weight_output"), *grid_1d(pairs), (sums.array, out.array, _i64(pairs)))
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

@@ -39,6 +39,7 @@ from .backend_checks import (
     check_winograd_input,
     check_winograd_output,
     check_winograd_conv,
+    check_winograd_weight_grad,
     prod,
     read_view,
 )
@@ -373,6 +374,36 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     products = Array(16 * n * th * tw * c_out)
     products.array[:] = np.matmul(tiles.array.reshape(16, -1, c_in), u.array.reshape(16, c_in, c_out)).ravel()
     winograd_output(products, out, n, h - 2, w - 2, c_out)
+
+
+def _winograd_g(e0, e1):
+    # G' e for F(3x3, 2x2): G' = [1 0; 1/2 1/2; 1/2 -1/2; 0 -1]
+    half = np.float32(0.5)
+    return e0, half * (e0 + e1), half * (e0 - e1), -e1
+
+
+def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
+    """out (3, 3, c_in, c_out) = the weight gradient of the stride-1 3x3 convolution of the compact
+    NHWC image a (n, h, w, c_in) whose output gradient is g (n, h-2, w-2, c_out):
+    out[ki, kj, ci, co] = sum over b, y, x of a[b, y + ki, x + kj, ci] * g[b, y, x, co].
+
+    Winograd F(3x3, 2x2) over the forward's tiles: with the same points as F(2x2, 3x3), the input
+    tiles transform by the same B^T (winograd_input); each tile's 2x2 block e of g by
+    G' = [1 0; 1/2 1/2; 1/2 -1/2; 0 -1]; the 16 products V[t]^T @ E[t] are summed over the tiles
+    and the sums M give dW = A'^T M A' per channel pair, A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 1]."""
+    th, tw = check_winograd_weight_grad("winograd_weight_grad", a, g, out, n, h, w, c_in, c_out)
+    tiles = Array(16 * n * th * tw * c_in)
+    winograd_input(a, tiles, n, h, w, c_in)
+    grad = np.zeros((n, 2 * th, 2 * tw, c_out), np.float32)
+    grad[:, :h - 2, :w - 2] = g.array.reshape(n, h - 2, w - 2, c_out)
+    e = [[grad[:, i::2, j::2] for j in range(2)] for i in range(2)]
+    rows = [_winograd_g(e[0][j], e[1][j]) for j in range(2)]  # rows[j][u] = (G' e)[u, j]
+    grad_tiles = np.stack([np.stack(_winograd_g(rows[0][u], rows[1][u])) for u in range(4)])
+    m = np.matmul(tiles.array.reshape(16, -1, c_in).transpose(0, 2, 1), grad_tiles.reshape(16, -1, c_out))
+    m = m.reshape(4, 4, c_in, c_out)
+    s = (m[0] + m[1] + m[2], m[1] - m[2], m[1] + m[2] + m[3])  # A'^T M
+    dw = np.stack([np.stack((r[0] + r[1] + r[2], r[1] - r[2], r[1] + r[2] + r[3])) for r in s])
+    out.array[:] = dw.ravel()
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

@@ -72,8 +72,26 @@ def col2im(cols, image_shape, stride):
 
 
 def winograd_runs_on(device):
-    """Whether ``device`` has Winograd's convolution (convolution uses im2col where not)."""
-    return _has_kernel(device, "winograd_conv3x3")
+    """Whether ``device`` has Winograd's convolution and its weight gradient (convolution uses
+    im2col where not)."""
+    return _has_kernel(device, "winograd_conv3x3") and _has_kernel(device, "winograd_weight_grad")
+
+
+def winograd_weight_grad(image, grad):
+    """(3, 3, C_in, C_out): the weight gradient of the stride-1 3x3 convolution of the NHWC
+    ``image`` (N, H, W, C_in) whose output gradient is ``grad`` (N, H - 2, W - 2, C_out)."""
+    if image.ndim != 4 or image.shape[1] < 3 or image.shape[2] < 3:
+        raise ValueError(f"winograd_weight_grad: needs an NHWC image of at least 3x3, got shape {image.shape}")
+    n, h, w, c_in = image.shape
+    if grad.ndim != 4 or grad.shape[:3] != (n, h - 2, w - 2):
+        raise ValueError(f"winograd_weight_grad: a gradient of shape {grad.shape} for an image of {image.shape}: "
+                         f"it must be ({n}, {h - 2}, {w - 2}, C_out)")
+    if grad._device is not image._device and grad._device != image._device:
+        raise ValueError(f"winograd_weight_grad: the gradient is on {grad.device}, the image on {image.device}")
+    out = NDArray._new((3, 3, c_in, grad.shape[3]), image._device)
+    image._device.winograd_weight_grad(image.compact()._handle, grad.compact()._handle, out._handle,
+                                       n, h, w, c_in, grad.shape[3])
+    return out
 
 
 def winograd_conv3x3(image, kernel):

@@ -16,6 +16,7 @@ instead, where the device has its tile transforms: 16 products of (tiles, C_in) 
 """
 import numpy
 
+from .. import autograd
 from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api, device_of, element_strides
 from ..shapes import normalize_axes
@@ -255,10 +256,15 @@ class Conv(TensorOp):
         taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
         grad2d = reshape(out_grad, (n * ho * wo, c_out))
         padded_data, cols_data = saved
-        if cols_data is None and need_b:
+        # a forward by Winograd kept no im2col matrix; where nothing will differentiate dB
+        # (backward with create_graph=False) Winograd's weight-gradient kernel makes none either
+        winograd_db = need_b and cols_data is None and kl == k and not autograd.RECORDING
+        if cols_data is None and need_b and not winograd_db:
             cols_data = _im2col_rows(padded_data, kl, self.stride)
         dA = dB = None
-        if need_b:
+        if winograd_db:
+            dB = Tensor.make_const(array_api.winograd_weight_grad(padded_data, out_grad.realize_cached_data()))
+        elif need_b:
             # Rebuild the forward's im2col chain as graph nodes around the arrays
             # already computed, so dB stays differentiable with respect to A.
             padded = Tensor.make_with_data(Pad(pad_width), [A], padded_data) if padded_image else A

@@ -84,3 +84,51 @@ extern "C" __global__ void winograd_output(const float* __restrict__ m, float* _
         }
     }
 }
+
+// The weight gradient's pieces (ndarray_backend_numpy.winograd_weight_grad): the 2x2 blocks
+// of the output gradient transformed by G' (one thread per tile and channel), and the summed
+// products M transformed to the 3x3 kernel, A'^T M A' (one thread per channel pair).
+extern "C" __global__ void winograd_grad_tiles(const float* __restrict__ g, float* __restrict__ out, index_t n,
+                                               index_t ho, index_t wo, index_t c, index_t th, index_t tw) {
+    const index_t tiles = n * th * tw, total = tiles * c;
+    for (index_t idx = thread_index(); idx < total; idx += thread_count()) {
+        const index_t ch = idx % c, t = idx / c;
+        const index_t tj = t % tw, ti = (t / tw) % th, b = t / (tw * th);
+        float e[2][2], r[4][2];
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 2; ++j) {
+                const index_t y = 2 * ti + i, x = 2 * tj + j;
+                e[i][j] = y < ho && x < wo ? g[((b * ho + y) * wo + x) * c + ch] : 0.0f;
+            }
+        for (int j = 0; j < 2; ++j) {  // G' e
+            r[0][j] = e[0][j];
+            r[1][j] = 0.5f * (e[0][j] + e[1][j]);
+            r[2][j] = 0.5f * (e[0][j] - e[1][j]);
+            r[3][j] = -e[1][j];
+        }
+        for (int u = 0; u < 4; ++u) {  // (G' e) G'^T
+            out[(4 * u + 0) * total + idx] = r[u][0];
+            out[(4 * u + 1) * total + idx] = 0.5f * (r[u][0] + r[u][1]);
+            out[(4 * u + 2) * total + idx] = 0.5f * (r[u][0] - r[u][1]);
+            out[(4 * u + 3) * total + idx] = -r[u][1];
+        }
+    }
+}
+
+extern "C" __global__ void winograd_weight_output(const float* __restrict__ m, float* __restrict__ dw, index_t pairs) {
+    for (index_t i = thread_index(); i < pairs; i += thread_count()) {
+        float s[3][4];
+        for (int v = 0; v < 4; ++v) {  // A'^T M
+            const float m0 = m[v * pairs + i], m1 = m[(4 + v) * pairs + i], m2 = m[(8 + v) * pairs + i],
+                        m3 = m[(12 + v) * pairs + i];
+            s[0][v] = m0 + m1 + m2;
+            s[1][v] = m1 - m2;
+            s[2][v] = m1 + m2 + m3;
+        }
+        for (int a = 0; a < 3; ++a) {  // (A'^T M) A'
+            dw[(3 * a + 0) * pairs + i] = s[a][0] + s[a][1] + s[a][2];
+            dw[(3 * a + 1) * pairs + i] = s[a][1] - s[a][2];
+            dw[(3 * a + 2) * pairs + i] = s[a][1] + s[a][2] + s[a][3];
+        }
+    }
+}
