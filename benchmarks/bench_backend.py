@@ -143,10 +143,11 @@ def run_cpu(args):
 
 
 def conv_rows(b, nd, rng):
-    """A padded 3x3 convolution's forward both ways the Conv op can take (its im2col product and
-    Winograd F(2x2, 3x3)), against numpy's im2col + matmul; GFLOP/s counts the direct form's
-    multiply-adds, so Winograd's figure is the speed it gives. Shapes: the conv row of
-    bench_models.py, and ResNet9's 32-channel residual block (4x4 maps, batch 128)."""
+    """A padded 3x3 convolution's forward and weight gradient both ways the Conv op can take
+    (im2col's product, Winograd F(2x2, 3x3) / F(3x3, 2x2)), against numpy's im2col + matmul;
+    GFLOP/s counts the direct form's multiply-adds, so Winograd's figure is the speed it gives.
+    Shapes: the conv row of bench_models.py, and ResNet9's 32-channel residual block (4x4 maps,
+    batch 128)."""
     from needle_kernels.ops import ops_conv
 
     for n, h, c in ((64, 16, 64), (128, 4, 32)):
@@ -165,6 +166,18 @@ def conv_rows(b, nd, rng):
         b.case(f"conv 3x3 fwd ({n},{h},{h},{c})->{c}, im2col @", "GFLOP/s", flops, np_conv, im2col_conv)
         b.case(f"conv 3x3 fwd ({n},{h},{h},{c})->{c}, Winograd", "GFLOP/s", flops, np_conv,
                lambda: ops_conv._winograd_conv3x3(d_img, d_w))
+        # the weight gradient: im2col^T @ dY, or Winograd's F(3x3, 2x2) from the image and dY
+        g = rng.standard_normal((n * h * h, c), dtype=np.float32)
+        d_g = nd.array(g, device=nd.cpu())
+        d_g4 = d_g.reshape((n, h, h, c))
+
+        def np_dw():
+            return np.ascontiguousarray(windows).reshape(-1, 9 * c).T @ g
+
+        b.case(f"conv 3x3 dW ({n},{h},{h},{c})->{c}, im2col @", "GFLOP/s", flops, np_dw,
+               lambda: d_g.permute((1, 0)) @ ops_conv._im2col_rows(d_img, 3, 1))
+        b.case(f"conv 3x3 dW ({n},{h},{h},{c})->{c}, Winograd", "GFLOP/s", flops, np_dw,
+               lambda: nd.winograd_weight_grad(d_img, d_g4))
 
 
 def ndarray_rows(cpu, b, args, rng):

@@ -178,6 +178,9 @@ def _tap_plan(h, w, k, stride, padding):
 # Winograd F(2x2, 3x3) pays for its tile transforms only with enough channels to multiply
 # (measured with benchmarks/bench_backend.py's conv rows on ResNet9's and the conv row's shapes)
 WINOGRAD_MIN_CHANNELS = 16
+# Its weight gradient (F(3x3, 2x2)) gains only on larger maps: bench_backend's "conv 3x3 dW" rows
+# put it 2.5x ahead of im2col's product on 16x16 maps and behind on ResNet9's 4x4 ones
+WINOGRAD_DW_MIN_PIXELS = 64
 # G (4 x 3) of F(2x2, 3x3); kron(G, G) (16 x 9) maps a flattened 3x3 kernel to its 4x4 transform
 _WINOGRAD_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], numpy.float32)
 _WINOGRAD_GG = numpy.kron(_WINOGRAD_G, _WINOGRAD_G)
@@ -258,7 +261,8 @@ class Conv(TensorOp):
         padded_data, cols_data = saved
         # a forward by Winograd kept no im2col matrix; where nothing will differentiate dB
         # (backward with create_graph=False) Winograd's weight-gradient kernel makes none either
-        winograd_db = need_b and cols_data is None and kl == k and not autograd.RECORDING
+        winograd_db = (need_b and cols_data is None and kl == k and not autograd.RECORDING
+                       and ho * wo >= WINOGRAD_DW_MIN_PIXELS)
         if cols_data is None and need_b and not winograd_db:
             cols_data = _im2col_rows(padded_data, kl, self.stride)
         dA = dB = None
