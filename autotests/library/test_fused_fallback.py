@@ -61,7 +61,7 @@ def test_conv3x3_runs_the_same_without_winograd(plain, create_graph):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
-def test_winograd_conv3x3_checks_its_arguments():
+def test_winograd_kernels_check_their_arguments():
     image = ndl.backend_ndarray.NDArray(np.zeros((1, 4, 4, 2), np.float32), device=ndl.cpu())
     for kernel, match in (((16, 3, 5), "must be \\(16, 2, C_out\\)"), ((9, 2, 5), "must be")):
         with pytest.raises(ValueError, match=match):
@@ -70,6 +70,9 @@ def test_winograd_conv3x3_checks_its_arguments():
     with pytest.raises(ValueError, match="at least 3x3"):
         ndl.backend_ndarray.winograd_conv3x3(image[:, :2], ndl.backend_ndarray.NDArray(
             np.zeros((16, 2, 5), np.float32), device=ndl.cpu()))
+    with pytest.raises(ValueError, match="must be \\(1, 2, 2, C_out\\)"):
+        ndl.backend_ndarray.winograd_weight_grad(image, ndl.backend_ndarray.NDArray(
+            np.zeros((1, 4, 4, 5), np.float32), device=ndl.cpu()))
 
 
 def _lstm_step(device):

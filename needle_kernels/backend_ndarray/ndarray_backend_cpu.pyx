@@ -1507,7 +1507,7 @@ def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
     nblocks = (tiles + tb - 1) // tb
     if nt > nblocks:
         nt = <int>(nblocks if nblocks > 0 else 1)
-    # per thread: its sums (16 pairs), one block of input and gradient tiles, one product
+    # per thread: its 16 sums (c_in x c_out each), one block of input and gradient tiles, one product
     cdef Py_ssize_t per = 16 * pairs + 16 * tb * (ci + co) + pairs
     cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]

@@ -1,5 +1,5 @@
-"""Entry points of the backends' fused kernels: optimizer updates, col2im, Winograd's tile
-transforms, softmax cross-entropy, batch norm, the LSTM cell, the activations' adjoints and a
+"""Entry points of the backends' fused kernels: optimizer updates, col2im, Winograd's 3x3
+convolution and weight gradient, softmax cross-entropy, batch norm, the LSTM cell, the activations' adjoints and a
 linear layer's bias.
 
 Each is one pass of one kernel over whole arrays, where the same formula

@@ -175,8 +175,9 @@ def _tap_plan(h, w, k, stride, padding):
     return lo, hi, ((0, 0), widths[0], widths[1], (0, 0))
 
 
-# Winograd F(2x2, 3x3) pays for its tile transforms only with enough channels to multiply
-# (measured with benchmarks/bench_backend.py's conv rows on ResNet9's and the conv row's shapes)
+# Winograd F(2x2, 3x3) repays its tile transforms only with enough channels to multiply:
+# benchmarks/bench_backend.py's "conv 3x3 fwd" rows show it ahead of im2col's product at 32
+# channels (ResNet9's residual block) and 64; 16 is the smallest count used, unmeasured below
 WINOGRAD_MIN_CHANNELS = 16
 # Its weight gradient (F(3x3, 2x2)) gains only on larger maps: bench_backend's "conv 3x3 dW" rows
 # put it 2.5x ahead of im2col's product on 16x16 maps and behind on ResNet9's 4x4 ones
@@ -257,7 +258,6 @@ class Conv(TensorOp):
         lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
         kl, padded_image = hi - lo + 1, any(any(pw) for pw in pad_width)
         taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
-        grad2d = reshape(out_grad, (n * ho * wo, c_out))
         padded_data, cols_data = saved
         # a forward by Winograd kept no im2col matrix; where nothing will differentiate dB
         # (backward with create_graph=False) Winograd's weight-gradient kernel makes none either
@@ -277,12 +277,14 @@ class Conv(TensorOp):
             )
             cols = Tensor.make_with_data(Reshape(cols_data.shape), [windows], cols_data)
             # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
+            grad2d = reshape(out_grad, (n * ho * wo, c_out))
             dB = reshape(transpose(transpose(grad2d) @ cols), (kl, kl, c_in, c_out))
             dB = Pad(taps)(dB) if kl < k else dB
         if need_a and self.stride == 1 and kl == k and self.padding <= k - 1:
             dA = conv(out_grad, transpose(flip(B, (0, 1)), (0, 1, 3, 2)), 1, k - 1 - self.padding)
         elif need_a:
             live = crop(B, taps) if kl < k else B
+            grad2d = reshape(out_grad, (n * ho * wo, c_out))
             dcols = reshape(grad2d @ transpose(reshape(live, (kl * kl * c_in, c_out))), (n, ho, wo, kl, kl, c_in))
             dA = col2im(dcols, padded_data.shape, self.stride)
             dA = crop(dA, pad_width) if padded_image else dA
