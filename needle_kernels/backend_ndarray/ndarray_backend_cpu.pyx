@@ -102,12 +102,13 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                        const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
-    void nk_winograd_input_tile(const float *a, float *out, Py_ssize_t ld, Py_ssize_t b, Py_ssize_t ti,
-                                Py_ssize_t tj, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c)
-    void nk_winograd_output_tile(const float *m, Py_ssize_t ld, float *out, Py_ssize_t b, Py_ssize_t ti,
-                                 Py_ssize_t tj, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
-    void nk_winograd_grad_tile(const float *g, float *out, Py_ssize_t ld, Py_ssize_t b, Py_ssize_t ti,
-                               Py_ssize_t tj, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
+    # tile t of th x tw per image (t = (b * th + ti) * tw + tj)
+    void nk_winograd_input_tile(const float *a, float *out, Py_ssize_t ld, Py_ssize_t t, Py_ssize_t th,
+                                Py_ssize_t tw, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c)
+    void nk_winograd_output_tile(const float *m, Py_ssize_t ld, float *out, Py_ssize_t t, Py_ssize_t th,
+                                 Py_ssize_t tw, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
+    void nk_winograd_grad_tile(const float *g, float *out, Py_ssize_t ld, Py_ssize_t t, Py_ssize_t th,
+                               Py_ssize_t tw, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
     void nk_winograd_weight_output(const float *m, float *dw, Py_ssize_t n)
 
 cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
@@ -1406,8 +1407,7 @@ def winograd_input(a, out, n, h, w, c):
     with nogil:
         for t in prange(tiles, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            nk_winograd_input_tile(A.data, O.data + t * cc, tiles * cc, t // (cth * ctw), (t // ctw) % cth,
-                                   t % ctw, ch, cw, cc)
+            nk_winograd_input_tile(A.data, O.data + t * cc, tiles * cc, t, cth, ctw, ch, cw, cc)
 
 
 def winograd_output(m, out, n, ho, wo, c):
@@ -1423,8 +1423,7 @@ def winograd_output(m, out, n, ho, wo, c):
     with nogil:
         for t in prange(tiles, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            nk_winograd_output_tile(M.data + t * cc, tiles * cc, O.data, t // (cth * ctw), (t // ctw) % cth,
-                                    t % ctw, cho, cwo, cc)
+            nk_winograd_output_tile(M.data + t * cc, tiles * cc, O.data, t, cth, ctw, cho, cwo, cc)
 
 
 cdef Py_ssize_t _winograd_block(Py_ssize_t tb, Py_ssize_t tiles, int nt):
@@ -1472,14 +1471,12 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
             nb = tb if tb < tiles - t0 else tiles - t0
             for j in range(nb):
                 t = t0 + j
-                nk_winograd_input_tile(A.data, V + j * ci, tb * ci, t // (cth * ctw), (t // ctw) % cth, t % ctw,
-                                       ch, cw, ci)
+                nk_winograd_input_tile(A.data, V + j * ci, tb * ci, t, cth, ctw, ch, cw, ci)
             for q in range(16):
                 err += _gemm(V + q * tb * ci, U.data + q * ci * co, M + q * tb * co, nb, ci, co, 1)
             for j in range(nb):
                 t = t0 + j
-                nk_winograd_output_tile(M + j * co, tb * co, O.data, t // (cth * ctw), (t // ctw) % cth, t % ctw,
-                                        ch - 2, cw - 2, co)
+                nk_winograd_output_tile(M + j * co, tb * co, O.data, t, cth, ctw, ch - 2, cw - 2, co)
     free(buf)
     if err:
         raise MemoryError("winograd_conv3x3: cannot allocate packing buffers")
@@ -1531,10 +1528,8 @@ def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
             nb = tb if tb < tiles - t0 else tiles - t0
             for j in range(nb):
                 t = t0 + j
-                nk_winograd_input_tile(A.data, V + j * ci, tb * ci, t // (cth * ctw), (t // ctw) % cth, t % ctw,
-                                       ch, cw, ci)
-                nk_winograd_grad_tile(G.data, E + j * co, tb * co, t // (cth * ctw), (t // ctw) % cth, t % ctw,
-                                      ch - 2, cw - 2, co)
+                nk_winograd_input_tile(A.data, V + j * ci, tb * ci, t, cth, ctw, ch, cw, ci)
+                nk_winograd_grad_tile(G.data, E + j * co, tb * co, t, cth, ctw, ch - 2, cw - 2, co)
             for q in range(16):
                 # P (c_in, c_out) = V[q]^T @ E[q]: V[q] (nb, c_in) read as its transpose
                 err += _gemm_direct(kern, V + q * tb * ci, 1, ci, E + q * tb * co, False, P, ci, nb, co, 1)

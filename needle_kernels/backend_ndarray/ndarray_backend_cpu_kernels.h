@@ -215,13 +215,18 @@ NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t
  * without the compiler having to prove those rows never overlap the output. */
 #define NK_WB 64
 
-/* tile (b, ti, tj) of the NHWC image a (n, h, w, c): out[(4u + v) * ld + ch] = (B^T d B)[u][v]
+/* Tiles are numbered t = (b * th + ti) * tw + tj for image b, tile row ti and column tj. */
+#define NK_TILE_POSITION(t, th, tw) \
+    const ptrdiff_t tj = (t) % (tw), ti = (t) / (tw) % (th), b = (t) / (tw) / (th)
+
+/* tile t = (b, ti, tj) of the NHWC image a (n, h, w, c): out[(4u + v) * ld + ch] = (B^T d B)[u][v]
  * for channel ch, d[i][j] = a[b, 2ti + i, 2tj + j, ch] and 0 outside the image. */
-NK_CLONES static void nk_winograd_input_tile(const float *a, float *out, ptrdiff_t ld, ptrdiff_t b,
-                                             ptrdiff_t ti, ptrdiff_t tj, ptrdiff_t h, ptrdiff_t w,
+NK_CLONES static void nk_winograd_input_tile(const float *a, float *out, ptrdiff_t ld, ptrdiff_t t,
+                                             ptrdiff_t th, ptrdiff_t tw, ptrdiff_t h, ptrdiff_t w,
                                              ptrdiff_t c)
 {
-    float d[4][4][NK_WB], t[4][NK_WB];
+    NK_TILE_POSITION(t, th, tw);
+    float d[4][4][NK_WB], row[4][NK_WB];
     for (ptrdiff_t c0 = 0; c0 < c; c0 += NK_WB) {
         ptrdiff_t cb = c - c0 < NK_WB ? c - c0 : NK_WB;
         for (int i = 0; i < 4; i++)
@@ -246,22 +251,23 @@ NK_CLONES static void nk_winograd_input_tile(const float *a, float *out, ptrdiff
         for (int u = 0; u < 4; u++) { /* (B^T d) B: the columns of row u */
             for (ptrdiff_t k = 0; k < NK_WB; k++) {
                 float t0 = d[u][0][k], t1 = d[u][1][k], t2 = d[u][2][k], t3 = d[u][3][k];
-                t[0][k] = t0 - t2;
-                t[1][k] = t1 + t2;
-                t[2][k] = t2 - t1;
-                t[3][k] = t1 - t3;
+                row[0][k] = t0 - t2;
+                row[1][k] = t1 + t2;
+                row[2][k] = t2 - t1;
+                row[3][k] = t1 - t3;
             }
-            for (int v = 0; v < 4; v++) memcpy(out + (4 * u + v) * ld + c0, t[v], (size_t)cb * sizeof(float));
+            for (int v = 0; v < 4; v++) memcpy(out + (4 * u + v) * ld + c0, row[v], (size_t)cb * sizeof(float));
         }
     }
 }
 
-/* the 2x2 outputs of tile (b, ti, tj) from its 16 products m[(4u + v) * ld + ch]:
+/* the 2x2 outputs of tile t = (b, ti, tj) from its 16 products m[(4u + v) * ld + ch]:
  * out[b, 2ti + i, 2tj + j, ch] = (A^T M A)[i][j], the pixels inside the (n, ho, wo, c) image. */
-NK_CLONES static void nk_winograd_output_tile(const float *m, ptrdiff_t ld, float *out, ptrdiff_t b,
-                                              ptrdiff_t ti, ptrdiff_t tj, ptrdiff_t ho, ptrdiff_t wo,
+NK_CLONES static void nk_winograd_output_tile(const float *m, ptrdiff_t ld, float *out, ptrdiff_t t,
+                                              ptrdiff_t th, ptrdiff_t tw, ptrdiff_t ho, ptrdiff_t wo,
                                               ptrdiff_t c)
 {
+    NK_TILE_POSITION(t, th, tw);
     float q[4][4][NK_WB], s[2][4][NK_WB], y[2][2][NK_WB];
     for (ptrdiff_t c0 = 0; c0 < c; c0 += NK_WB) {
         ptrdiff_t cb = c - c0 < NK_WB ? c - c0 : NK_WB;
@@ -294,12 +300,13 @@ NK_CLONES static void nk_winograd_output_tile(const float *m, ptrdiff_t ld, floa
  *
  *   G' = [1 0; 1/2 1/2; 1/2 -1/2; 0 -1],   A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 1].
  *
- * tile (b, ti, tj) of the gradient g (n, ho, wo, c): out[(4u + v) * ld + ch] = (G' e G'^T)[u][v],
+ * tile t = (b, ti, tj) of the gradient g (n, ho, wo, c): out[(4u + v) * ld + ch] = (G' e G'^T)[u][v],
  * e[i][j] = g[b, 2ti + i, 2tj + j, ch] and 0 outside. */
-NK_CLONES static void nk_winograd_grad_tile(const float *g, float *out, ptrdiff_t ld, ptrdiff_t b, ptrdiff_t ti,
-                                            ptrdiff_t tj, ptrdiff_t ho, ptrdiff_t wo, ptrdiff_t c)
+NK_CLONES static void nk_winograd_grad_tile(const float *g, float *out, ptrdiff_t ld, ptrdiff_t t, ptrdiff_t th,
+                                            ptrdiff_t tw, ptrdiff_t ho, ptrdiff_t wo, ptrdiff_t c)
 {
-    float e[2][2][NK_WB], t[4][2][NK_WB], r[4][NK_WB];
+    NK_TILE_POSITION(t, th, tw);
+    float e[2][2][NK_WB], ge[4][2][NK_WB], r[4][NK_WB];
     for (ptrdiff_t c0 = 0; c0 < c; c0 += NK_WB) {
         ptrdiff_t cb = c - c0 < NK_WB ? c - c0 : NK_WB;
         for (int i = 0; i < 2; i++)
@@ -315,14 +322,14 @@ NK_CLONES static void nk_winograd_grad_tile(const float *g, float *out, ptrdiff_
         for (int j = 0; j < 2; j++) /* G' e */
             for (ptrdiff_t k = 0; k < NK_WB; k++) {
                 float e0 = e[0][j][k], e1 = e[1][j][k];
-                t[0][j][k] = e0;
-                t[1][j][k] = 0.5f * (e0 + e1);
-                t[2][j][k] = 0.5f * (e0 - e1);
-                t[3][j][k] = -e1;
+                ge[0][j][k] = e0;
+                ge[1][j][k] = 0.5f * (e0 + e1);
+                ge[2][j][k] = 0.5f * (e0 - e1);
+                ge[3][j][k] = -e1;
             }
         for (int u = 0; u < 4; u++) { /* (G' e) G'^T */
             for (ptrdiff_t k = 0; k < NK_WB; k++) {
-                float t0 = t[u][0][k], t1 = t[u][1][k];
+                float t0 = ge[u][0][k], t1 = ge[u][1][k];
                 r[0][k] = t0;
                 r[1][k] = 0.5f * (t0 + t1);
                 r[2][k] = 0.5f * (t0 - t1);

@@ -77,17 +77,24 @@ def winograd_runs_on(device):
     return _has_kernel(device, "winograd_conv3x3") and _has_kernel(device, "winograd_weight_grad")
 
 
+def _winograd_image(name, image, **other):
+    """The shape (N, H, W, C) of a Winograd kernel's NHWC ``image``, after checking it is at least
+    3x3 and that the ``other`` array lives on its device."""
+    if image.ndim != 4 or image.shape[1] < 3 or image.shape[2] < 3:
+        raise ValueError(f"{name}: needs an NHWC image of at least 3x3, got shape {image.shape}")
+    (what, arr), = other.items()
+    if arr._device is not image._device and arr._device != image._device:
+        raise ValueError(f"{name}: the {what} is on {arr.device}, the image on {image.device}")
+    return image.shape
+
+
 def winograd_weight_grad(image, grad):
     """(3, 3, C_in, C_out): the weight gradient of the stride-1 3x3 convolution of the NHWC
     ``image`` (N, H, W, C_in) whose output gradient is ``grad`` (N, H - 2, W - 2, C_out)."""
-    if image.ndim != 4 or image.shape[1] < 3 or image.shape[2] < 3:
-        raise ValueError(f"winograd_weight_grad: needs an NHWC image of at least 3x3, got shape {image.shape}")
-    n, h, w, c_in = image.shape
+    n, h, w, c_in = _winograd_image("winograd_weight_grad", image, gradient=grad)
     if grad.ndim != 4 or grad.shape[:3] != (n, h - 2, w - 2):
         raise ValueError(f"winograd_weight_grad: a gradient of shape {grad.shape} for an image of {image.shape}: "
                          f"it must be ({n}, {h - 2}, {w - 2}, C_out)")
-    if grad._device is not image._device and grad._device != image._device:
-        raise ValueError(f"winograd_weight_grad: the gradient is on {grad.device}, the image on {image.device}")
     out = NDArray._new((3, 3, c_in, grad.shape[3]), image._device)
     image._device.winograd_weight_grad(image.compact()._handle, grad.compact()._handle, out._handle,
                                        n, h, w, c_in, grad.shape[3])
@@ -98,14 +105,10 @@ def winograd_conv3x3(image, kernel):
     """(N, H - 2, W - 2, C_out): the stride-1 3x3 convolution of the NHWC ``image`` (N, H, W, C_in)
     whose kernel g has the Winograd F(2x2, 3x3) transform ``kernel`` (16, C_in, C_out),
     kernel[4p + q] = (G g G^T)[p, q] for every channel pair."""
-    if image.ndim != 4 or image.shape[1] < 3 or image.shape[2] < 3:
-        raise ValueError(f"winograd_conv3x3: needs an NHWC image of at least 3x3, got shape {image.shape}")
-    n, h, w, c_in = image.shape
+    n, h, w, c_in = _winograd_image("winograd_conv3x3", image, kernel=kernel)
     if kernel.ndim != 3 or kernel.shape[:2] != (16, c_in):
         raise ValueError(f"winograd_conv3x3: kernel of shape {kernel.shape} for an image of {c_in} channels: "
                          f"it must be (16, {c_in}, C_out)")
-    if kernel._device is not image._device and kernel._device != image._device:
-        raise ValueError(f"winograd_conv3x3: the kernel is on {kernel.device}, the image on {image.device}")
     out = NDArray._new((n, h - 2, w - 2, kernel.shape[2]), image._device)
     image._device.winograd_conv3x3(image.compact()._handle, kernel.compact()._handle, out._handle,
                                    n, h, w, c_in, kernel.shape[2])

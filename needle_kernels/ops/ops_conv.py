@@ -345,7 +345,8 @@ class ConvNCHW(TensorOp):
 
 
 def conv_nchw(x, weight, bias=None, stride=1, padding=0):
-    return ConvNCHW(stride, padding)(x, weight) if bias is None else ConvNCHW(stride, padding)(x, weight, bias)
+    op = ConvNCHW(stride, padding)
+    return op(x, weight) if bias is None else op(x, weight, bias)
 
 
 def conv_transpose(a, b, stride=1, padding=0, output_padding=0):
