@@ -230,6 +230,37 @@ def test_conv_modules_backward_without_recording(device, channels):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
+# backward(create_graph=False) computes Conv's gradients as arrays, without graph nodes: the
+# same values as the recorded graph's on each of its paths
+@pytest.mark.parametrize("c, size, k, stride, padding", [
+    (2, 5, 3, 1, 1),  # im2col; dA as the convolution of g with the flipped kernel
+    (2, 5, 3, 1, 0),
+    (2, 5, 3, 1, 2),  # padding K - 1: that convolution unpadded
+    (2, 5, 3, 2, 1),  # stride 2: dA by col2im, then cropped
+    (3, 9, 7, 4, 3),  # a ResNet9-like first layer
+    (4, 1, 3, 1, 1),  # a 1x1 map: the kernel cropped to its centre tap
+    (2, 2, 3, 2, 1),  # a corner block of taps only
+    (16, 8, 3, 1, 1),  # Winograd forward, dA, and its weight gradient (64 pixels)
+    (16, 4, 3, 1, 1),  # Winograd forward, weight gradient by im2col on a 4x4 map
+])
+@pytest.mark.parametrize("need_x", [True, False])
+def test_conv_gradients_without_recording_are_the_graphs(device, c, size, k, stride, padding, need_x):
+    x, w, b, g = rand(2, c, size, size), rand(k, k, c, 3), rand(3), None
+    for layout in ("nchw", "nhwc"):
+        grads = []
+        for create_graph in (True, False):
+            xt = ndl.Tensor(x if layout == "nchw" else x.transpose(0, 2, 3, 1), device=device, requires_grad=need_x)
+            wt, bt = ndl.Tensor(w, device=device), ndl.Tensor(b, device=device)
+            out = (ndl.ops.conv_nchw(xt, wt, bt, stride=stride, padding=padding) if layout == "nchw"
+                   else ndl.conv(xt, wt, stride=stride, padding=padding))
+            g = rand(*out.shape) if g is None or g.shape != out.shape else g
+            (out * ndl.Tensor(g, device=device)).sum().backward(create_graph=create_graph)
+            grads.append([t.grad.numpy() for t in (xt, wt, bt) if t.requires_grad and t.grad is not None])
+        assert len(grads[0]) == len(grads[1]) == (2 if layout == "nhwc" else 3) - (not need_x)
+        for got, want in zip(grads[1], grads[0]):  # (Winograd's weight gradient sums in another order)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
 def test_conv_module_is_the_generic_graph_in_one_op(device):
     # the module's single op against the transposes, conv and broadcast add it stands for
     layer = ndl.nn.Conv(2, 3, 3, stride=2, device=device)

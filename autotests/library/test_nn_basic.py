@@ -135,8 +135,10 @@ def test_batchnorm2d(device, fused):
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_fused_batchnorm_is_the_generic_one(device, training):
-    # the fused kernels against the same formulas in generic ops: outputs, every gradient, running stats
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_fused_batchnorm_is_the_generic_one(device, training, create_graph):
+    # the fused kernels against the same formulas in generic ops: outputs, every gradient, running
+    # stats; without create_graph the fused gradient is computed as arrays, with no graph nodes
     x, g = rand(4, 5, 3, 2) * 3 + 1, rand(4, 5, 3, 2)
     running_mean, running_var = rand(5), rand(5) ** 2 + 0.5
     results = []
@@ -147,7 +149,7 @@ def test_fused_batchnorm_is_the_generic_one(device, training):
         if not training:
             bn.eval()
         xt = ndl.Tensor(x, device=device, requires_grad=True)
-        (bn(xt) * T(g, device)).sum().backward()
+        (bn(xt) * T(g, device)).sum().backward(create_graph=create_graph)
         results.append([bn(ndl.Tensor(x, device=device)).numpy(), xt.grad.numpy(), bn.weight.grad.numpy(),
                         bn.bias.grad.numpy(), bn.running_mean.numpy(), bn.running_var.numpy()])
     for got, want in zip(*results):

@@ -253,22 +253,22 @@ class Conv(TensorOp):
     def gradient_of(self, A, B, out_grad, saved, need_a, need_b):
         """(dA, dB) for the NHWC Tensors A, B and the arrays ``saved`` by compute; None for a
         gradient not needed (``need_a``, ``need_b``: A's is the costly half, with col2im)."""
+        if not autograd.RECORDING:
+            # nothing will differentiate them (backward with create_graph=False): the arrays
+            # alone, without the dozen graph nodes per layer that the graph below makes
+            grads = self.gradient_arrays(A.shape, B.realize_cached_data(), out_grad.realize_cached_data(),
+                                         saved, need_a, need_b)
+            return tuple(None if d is None else Tensor.make_const(d) for d in grads)
         k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
         n, ho, wo = out_grad.shape[:3]
         lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
         kl, padded_image = hi - lo + 1, any(any(pw) for pw in pad_width)
         taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
         padded_data, cols_data = saved
-        # a forward by Winograd kept no im2col matrix; where nothing will differentiate dB
-        # (backward with create_graph=False) Winograd's weight-gradient kernel makes none either
-        winograd_db = (need_b and cols_data is None and kl == k and not autograd.RECORDING
-                       and ho * wo >= WINOGRAD_DW_MIN_PIXELS)
-        if cols_data is None and need_b and not winograd_db:
-            cols_data = _im2col_rows(padded_data, kl, self.stride)
         dA = dB = None
-        if winograd_db:
-            dB = Tensor.make_const(array_api.winograd_weight_grad(padded_data, out_grad.realize_cached_data()))
-        elif need_b:
+        if need_b:
+            if cols_data is None:  # a forward by Winograd kept no im2col matrix
+                cols_data = _im2col_rows(padded_data, kl, self.stride)
             # Rebuild the forward's im2col chain as graph nodes around the arrays
             # already computed, so dB stays differentiable with respect to A.
             padded = Tensor.make_with_data(Pad(pad_width), [A], padded_data) if padded_image else A
@@ -280,7 +280,7 @@ class Conv(TensorOp):
             grad2d = reshape(out_grad, (n * ho * wo, c_out))
             dB = reshape(transpose(transpose(grad2d) @ cols), (kl, kl, c_in, c_out))
             dB = Pad(taps)(dB) if kl < k else dB
-        if need_a and self.stride == 1 and kl == k and self.padding <= k - 1:
+        if need_a and self._input_grad_is_conv(k, kl):
             dA = conv(out_grad, transpose(flip(B, (0, 1)), (0, 1, 3, 2)), 1, k - 1 - self.padding)
         elif need_a:
             live = crop(B, taps) if kl < k else B
@@ -288,6 +288,42 @@ class Conv(TensorOp):
             dcols = reshape(grad2d @ transpose(reshape(live, (kl * kl * c_in, c_out))), (n, ho, wo, kl, kl, c_in))
             dA = col2im(dcols, padded_data.shape, self.stride)
             dA = crop(dA, pad_width) if padded_image else dA
+        return dA, dB
+
+    def _input_grad_is_conv(self, k, kl):
+        # with stride 1 and the whole kernel, dA = conv(g, B flipped, channels swapped, padding K - 1 - p)
+        return self.stride == 1 and kl == k and self.padding <= k - 1
+
+    def gradient_arrays(self, image_shape, B, g, saved, need_a, need_b):
+        """``gradient_of``'s (dA, dB) as arrays, for an NHWC input of ``image_shape``, the weight
+        array B and the output's gradient array g: the same products, none of them recorded."""
+        k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
+        n, ho, wo = g.shape[:3]
+        lo, hi, pad_width = _tap_plan(image_shape[1], image_shape[2], k, self.stride, self.padding)
+        kl = hi - lo + 1
+        padded_data, cols_data = saved
+        dA = dB = None
+        if need_b and cols_data is None and kl == k and ho * wo >= WINOGRAD_DW_MIN_PIXELS:
+            # a forward by Winograd kept no im2col matrix, and its weight-gradient kernel makes none
+            dB = array_api.winograd_weight_grad(padded_data, g)
+        elif need_b:
+            if cols_data is None:
+                cols_data = _im2col_rows(padded_data, kl, self.stride)
+            grad2d = array_api.reshape(g, (n * ho * wo, c_out))
+            dB = array_api.transpose(array_api.transpose(grad2d, (1, 0)) @ cols_data, (1, 0))
+            dB = array_api.reshape(dB, (kl, kl, c_in, c_out))
+            if kl < k:
+                dB = array_api.pad(dB, ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0)))
+        if need_a and self._input_grad_is_conv(k, kl):
+            flipped = array_api.transpose(array_api.flip(B, (0, 1)), (0, 1, 3, 2))
+            dA = Conv(1, k - 1 - self.padding).compute(g, flipped).output
+        elif need_a:
+            live = B[lo:hi + 1, lo:hi + 1] if kl < k else B
+            grad2d = array_api.reshape(g, (n * ho * wo, c_out))
+            dcols = grad2d @ array_api.transpose(array_api.reshape(live, (kl * kl * c_in, c_out)), (1, 0))
+            dA = array_api.col2im(array_api.reshape(dcols, (n, ho, wo, kl, kl, c_in)), padded_data.shape, self.stride)
+            if any(any(pw) for pw in pad_width):
+                dA = dA[tuple(slice(lo_, size - hi_) for (lo_, hi_), size in zip(pad_width, dA.shape))]
         return dA, dB
 
 
@@ -332,6 +368,15 @@ class ConvNCHW(TensorOp):
         x, weight = node.inputs[0], node.inputs[1]
         if node.saved is None:  # built around a known output (make_with_data)
             node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
+        if not autograd.RECORDING:  # nothing will differentiate them: arrays, no graph nodes
+            g = array_api.transpose(out_grad.realize_cached_data(), (0, 2, 3, 1))
+            n, c, h, w = x.shape
+            d_nhwc, dw = self.conv.gradient_arrays((n, h, w, c), weight.realize_cached_data(), g, node.saved,
+                                                   x.requires_grad, weight.requires_grad)
+            grads = (None if d_nhwc is None else array_api.transpose(d_nhwc, (0, 3, 1, 2)), dw)
+            if len(node.inputs) == 3:
+                grads += (array_api.sum(g, axis=(0, 1, 2)),)
+            return tuple(None if d is None else Tensor.make_const(d) for d in grads)
         # g as NHWC: the memory layout the next layer's gradient arrives in, so a view, and
         # dbias sums one block of axes; (the transposed view of x is a graph node only to
         # keep dweight differentiable in x)
