@@ -111,6 +111,7 @@ def test_thread_count_does_not_change_results(cpu):
 @pytest.mark.parametrize("m, n, p", [(5, 7, 3), (37, 300, 45), (260, 257, 130), (64, 1000, 64), (147, 300, 16),
                                      (3, 40, 33), (1, 600, 1), (16, 400, 100),
                                      # deep enough for a transposed A to split its depth among threads
+                                     # (each share of 16x2100x147's in blocks of 445 rows of B, the last partial)
                                      (16, 2100, 147), (5, 1025, 3)])
 @pytest.mark.parametrize("limit", [1 << 40, 1, 0], ids=["direct", "direct-strips", "packed"])
 def test_every_gemm_kernel(cpu, m, n, p, limit):

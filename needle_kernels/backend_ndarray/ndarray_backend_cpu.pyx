@@ -160,6 +160,9 @@ cdef enum:
     # C's rows instead left 16 rows to one thread (the direct kernel gathers a transposed A
     # 16 rows at a time). bench_backend's 16x8192x147 row went from 60 to 124 GFLOP/s.
     GEMM_KSPLIT_DEPTH = 1024
+    # Floats of B per block of the depth-split product's sum (256 KB, well inside an L2):
+    # bench_backend's 16x8192x147 row (B in cache) went from 123 to 147 GFLOP/s.
+    GEMM_KSPLIT_BLOCK_B = 1 << 16
     # Most floats of B packed at once (256 MB).
     GEMM_PACK_MAX = 1 << 26
     # Floats of one block of Winograd tiles with their 16 products (512 KB: in an L2 here).
@@ -931,11 +934,17 @@ cdef int _gemm_direct_ksplit(const nk_gemm_kernel *kern, const float *A, Py_ssiz
                              const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
     """C = A @ B (B row-major) with the depth n split among nt threads: thread t multiplies
     rows [k0, k1) of B by those columns of A into its own (m, p) block (thread 0's is C),
-    then the blocks are summed into C."""
-    cdef Py_ssize_t chunk = (n + nt - 1) // nt, k0, kn, i, size = m * p
+    then the blocks are summed into C. Each thread goes through its rows of B a block of
+    GEMM_KSPLIT_BLOCK_B floats at a time, summing the blocks' products: the direct kernel
+    reads B once per 4 rows of A, and a block stays in L2 for all of them, where a whole
+    share (a 4.8 MB im2col matrix) was read from memory again for every 4 rows."""
+    cdef Py_ssize_t chunk = (n + nt - 1) // nt, k0, kn, kb, kcur, i, size = m * p
+    cdef Py_ssize_t depth = GEMM_KSPLIT_BLOCK_B // p if p < GEMM_KSPLIT_BLOCK_B // 64 else 64
     cdef int t, err = 0
-    cdef float *parts = <float *>nk_aligned_alloc((nt - 1) * size * sizeof(float))
+    # per thread: its sum (thread 0's is C) and the product of the current block
+    cdef float *parts = <float *>nk_aligned_alloc((2 * nt - 1) * size * sizeof(float))
     cdef float *dst
+    cdef float *blk
     if parts == NULL:
         return -1
     for t in prange(nt, num_threads=nt, schedule="static"):
@@ -943,10 +952,18 @@ cdef int _gemm_direct_ksplit(const nk_gemm_kernel *kern, const float *A, Py_ssiz
         k0 = t * chunk
         kn = chunk if chunk < n - k0 else n - k0
         dst = C if t == 0 else parts + (t - 1) * size
+        blk = parts + (nt - 1 + t) * size
         if kn <= 0:
             memset(dst, 0, size * sizeof(float))
-        else:
-            err += _gemm_direct(kern, A + k0 * acs, ars, acs, B + k0 * p, False, dst, m, kn, p, 1)
+        kb = 0
+        while kb < kn:
+            kcur = depth if depth < kn - kb else kn - kb
+            err += _gemm_direct(kern, A + (k0 + kb) * acs, ars, acs, B + (k0 + kb) * p, False,
+                                dst if kb == 0 else blk, m, kcur, p, 1)
+            if kb > 0:
+                for i in range(size):
+                    dst[i] += blk[i]
+            kb = kb + kcur
     for t in range(1, nt):
         dst = parts + (t - 1) * size
         for i in range(size):
