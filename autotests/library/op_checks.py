@@ -40,24 +40,30 @@ def numerical_gradients(fn, arrays, device, weights, eps=1e-2):
 
 
 def check_gradients(fn, *arrays, device, eps=1e-2, rtol=2e-2, atol=2e-2, wrt=None):
-    """Compare backward() of ``sum(fn(*inputs) * w)`` (w random) with central differences.
+    """Compare backward() of ``sum(fn(*inputs) * w)`` (w random) with central differences, for
+    both kinds of backward pass: recorded (create_graph=True, needle's default) and not
+    (create_graph=False, where ops may compute their gradients as plain arrays).
 
     ``wrt`` lists the indices of the inputs to check (default: all). Returns the output.
     """
     arrays = [np.asarray(a, dtype=np.float32) for a in arrays]
-    tensors = _tensors(arrays, device)
-    out = fn(*tensors)
-    weights = np.random.randn(*out.shape)
-    for t in tensors:  # fn may itself have run a backward pass (second-order checks)
-        t.grad = None
-    (out * ndl.Tensor(weights, device=device, requires_grad=False)).sum().backward()
-    numeric = numerical_gradients(fn, arrays, device, weights, eps)
-    for i in (range(len(arrays)) if wrt is None else wrt):
-        assert tensors[i].grad is not None, f"input {i} got no gradient"
-        assert tensors[i].grad.shape == arrays[i].shape, (tensors[i].grad.shape, arrays[i].shape)
-        scale = max(1.0, np.abs(numeric[i]).max())
-        np.testing.assert_allclose(tensors[i].grad.numpy(), numeric[i], rtol=rtol, atol=atol * scale,
-                                   err_msg=f"gradient of input {i}")
+    weights = numeric = None
+    for create_graph in (True, False):
+        tensors = _tensors(arrays, device)
+        out = fn(*tensors)
+        if weights is None:
+            weights = np.random.randn(*out.shape)
+        for t in tensors:  # fn may itself have run a backward pass (second-order checks)
+            t.grad = None
+        (out * ndl.Tensor(weights, device=device, requires_grad=False)).sum().backward(create_graph=create_graph)
+        if numeric is None:
+            numeric = numerical_gradients(fn, arrays, device, weights, eps)
+        for i in (range(len(arrays)) if wrt is None else wrt):
+            assert tensors[i].grad is not None, f"input {i} got no gradient (create_graph={create_graph})"
+            assert tensors[i].grad.shape == arrays[i].shape, (tensors[i].grad.shape, arrays[i].shape)
+            scale = max(1.0, np.abs(numeric[i]).max())
+            np.testing.assert_allclose(tensors[i].grad.numpy(), numeric[i], rtol=rtol, atol=atol * scale,
+                                       err_msg=f"gradient of input {i}, create_graph={create_graph}")
     return out
 
 

@@ -189,6 +189,14 @@ def test_elementwise_ops_keep_a_dense_transposed_layout(device):
     sliced = arr(x, device).permute((0, 3, 1, 2))[:, 1:]
     assert (sliced * 2.0).strides == (sliced * 2.0).compact().strides
     close(sliced * 2.0, xt[:, 1:] * 2.0)
+    # with a view that needs a copy anyway (a cropped gradient), the copy is made in the dense
+    # operand's layout and the result keeps it: one copy, none back and forth through NCHW
+    z = np.random.randn(2, 5, 5, 6).astype(np.float32)
+    cropped, zc = arr(z, device)[:, :, 1:4, 2:6], z[:, :, 1:4, 2:6]
+    for got, want in [(a + cropped, xt + zc), (cropped + a, zc + xt), (cropped * a, zc * xt),
+                      (nd.relu_backward(cropped, a), zc * (xt > 0)), (nd.relu_backward(a, cropped), xt * (zc > 0))]:
+        assert got.strides == a.strides and got.shape == a.shape
+        close(got, want, 1e-5)
 
 
 # ------------------------------------------------------------------ reductions

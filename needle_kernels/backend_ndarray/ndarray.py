@@ -257,6 +257,35 @@ class NDArray:
         """A new buffer in this dense view's layout (see _is_dense)."""
         return NDArray._alias(self._shape, self._strides, self._device, self._device.Array(self._handle.size), 0)
 
+    def _transposed_dense(self):
+        """Whether this is a dense view in an axis order other than row-major (see _is_dense);
+        a unit last stride rules that out cheaply for the usual compact array."""
+        return bool(self._strides) and self._strides[-1] != 1 and self._is_dense()
+
+    def _pair_layout(self, other):
+        """For an element-wise kernel over this view and ``other`` (same shape): the dense
+        transposed view whose layout both are read in and the result takes, or None (both
+        row-major). Such a layout is kept when both share it, or when the other operand is
+        not row-major either, so it needs a copy whichever order that copy is made in: an
+        NCHW gradient with an NHWC-memory activation stays NHWC, instead of both being
+        copied to NCHW and back again for the next layer."""
+        if self._transposed_dense():
+            if (other._strides == self._strides and other._is_dense()) or not other.is_contiguous():
+                return self
+        elif other._transposed_dense() and not self.is_contiguous():
+            return other
+        return None
+
+    def _in_layout_of(self, ref):
+        """This view's values in the dense layout of ``ref`` (same shape): itself when it is
+        already laid out so, else a copy in that layout."""
+        if self._strides == ref._strides and self._is_dense():
+            return self
+        out = ref._empty_like_dense()
+        order = sorted(range(len(ref._shape)), key=lambda ax: -ref._strides[ax])  # outermost first
+        self.permute(order)._copy_into(out.permute(order))  # out's buffer is row-major in that order
+        return out
+
     def _copy_into(self, out):
         shape, strides = _kernel_view(self._shape, self._strides)
         self.device.compact(self._handle, out._handle, shape, strides, self._offset)
@@ -446,10 +475,10 @@ class NDArray:
         if type(other) is not NDArray or other._device is not dev:
             other = self._coerce(other)
         if other._shape == self._shape:
-            if other._strides == self._strides and self._strides and self._strides[-1] != 1 \
-                    and self._is_dense() and other._is_dense():
-                out = self._empty_like_dense()  # two views in one dense layout: kernel over the buffers
-                (getattr(dev, ewise) if type(ewise) is str else ewise)(self._handle, other._handle, out._handle)
+            layout = self._pair_layout(other)
+            if layout is not None:  # a dense transposed layout: the kernel runs over the buffers
+                a, b, out = self._in_layout_of(layout), other._in_layout_of(layout), layout._empty_like_dense()
+                (getattr(dev, ewise) if type(ewise) is str else ewise)(a._handle, b._handle, out._handle)
                 return out
             a, b, out_shape = self, other, self._shape
         else:

@@ -274,9 +274,9 @@ def _activation_adjoint(name, g, x, generic):
     dev = g._device
     if not _has_kernel(dev, "ewise_" + name):
         return generic()
-    if g._strides == x._strides and g._strides and g._strides[-1] != 1 and g._is_dense() and x._is_dense():
-        # both in one dense transposed layout (see NDArray._is_dense)
-        out = g._empty_like_dense()
+    layout = g._pair_layout(x)
+    if layout is not None:  # a dense transposed layout (see NDArray._pair_layout)
+        g, x, out = g._in_layout_of(layout), x._in_layout_of(layout), layout._empty_like_dense()
         getattr(dev, "ewise_" + name)(g._handle, x._handle, out._handle)
         return out
     out = NDArray._new(g._shape, dev)

@@ -10,6 +10,7 @@ import numbers
 
 import numpy
 
+from .. import autograd
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp, zeros_adjoint
 from ..backend_selection import array_api, device_of
 from ..shapes import broadcast_axes, broadcast_shapes, kept_shape, normalize_axes, resolve_shape
@@ -560,6 +561,12 @@ class MatMulBias(TensorOp):
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs
+        if not autograd.RECORDING:  # nothing will differentiate them: the arrays, no graph nodes
+            g = out_grad.realize_cached_data()
+            grads = (g @ array_api.transpose(w.realize_cached_data(), (1, 0)) if x.requires_grad else None,
+                     array_api.transpose(x.realize_cached_data(), (1, 0)) @ g if w.requires_grad else None,
+                     array_api.reshape(array_api.sum(g, axis=0), b.shape) if b.requires_grad else None)
+            return tuple(None if d is None else Tensor.make_const(d) for d in grads)
         dx = out_grad @ transpose(w) if x.requires_grad else None
         dw = transpose(x) @ out_grad if w.requires_grad else None
         db = reshape(summation(out_grad, (0,)), b.shape) if b.requires_grad else None
