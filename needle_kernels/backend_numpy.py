@@ -243,6 +243,14 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2):
     return param - (m * (lr / c1)) / (numpy.sqrt(v * (1.0 / c2)) + eps)
 
 
+def adam_update_many(params, grads, ms, vs, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """adam_update for every parameter of the lists; returns the new parameters."""
+    if not (len(params) == len(grads) == len(ms) == len(vs)):
+        raise ValueError(f"adam_update_many: {len(params)} params, {len(grads)} grads, {len(ms)} m and "
+                         f"{len(vs)} v: the lists must be of one length")
+    return [adam_update(*state, lr, beta1, beta2, eps, weight_decay, c1, c2) for state in zip(params, grads, ms, vs)]
+
+
 def softmax_cross_entropy(z, labels):
     """``(loss, lse)`` of logits z (rows, classes) and integer labels (rows,), in z's dtype:
     lse_i = max_i + log(sum_j exp(z_ij - max_i)) and loss_i = lse_i - z_i[labels_i]."""

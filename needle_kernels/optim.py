@@ -87,17 +87,18 @@ class Adam(Optimizer):
         self.t += 1
         b1, b2 = self.beta1, self.beta2
         c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-        for p in self.params:
-            if p.grad is None:
-                continue
-            param = p.realize_cached_data()
-            m = self.m.get(p)
-            if m is None:  # zeros: the first step then gives the unfused formula's values exactly
-                m = self.m[p] = _zeros_like(param)
-                self.v[p] = _zeros_like(param)
-            _assign(p, array_api.adam_update(
-                param, p.grad.realize_cached_data(), m, self.v[p],
-                self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, c1, c2))
+        live = [p for p in self.params if p.grad is not None]
+        for p in live:
+            if p not in self.m:  # zeros: the first step then gives the unfused formula's values exactly
+                self.m[p] = _zeros_like(p.realize_cached_data())
+                self.v[p] = _zeros_like(p.realize_cached_data())
+        # every parameter in one call: one pass of one kernel over all of them where the device has it
+        new = array_api.adam_update_many(
+            [p.realize_cached_data() for p in live], [p.grad.realize_cached_data() for p in live],
+            [self.m[p] for p in live], [self.v[p] for p in live],
+            self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, c1, c2)
+        for p, array in zip(live, new):
+            _assign(p, array)
 
 
 def clip_grad_norm(params, max_norm):

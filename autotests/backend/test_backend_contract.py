@@ -25,7 +25,7 @@ TABLE = [
     "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
-    "adam_update", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
+    "adam_update", "adam_update_many", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
     "winograd_weight_grad", "softmax_xent",
     "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
     "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
@@ -418,6 +418,36 @@ def test_adam_update_large(backend, ref, size):
     p, g, m, v = _optim_inputs(size, size, False)
     for x, y in zip(_adam(backend, p, g, m, v, 0.001, 3), _adam(ref, p, g, m, v, 0.001, 3)):
         close(x, y, rtol=1e-5, atol=1e-7)
+
+
+@given_settings
+@given(st.lists(st.sampled_from([0, 1, 5, 16, 17, 300, 4099]), max_size=6), st.sampled_from([0.0, 0.01]),
+       st.integers(1, 50), st.integers(0, 2**32 - 1))
+def test_adam_update_many(backend, ref, sizes, weight_decay, t, seed):
+    # arrays of mixed sizes, whose total the threads split wherever it falls: each array's update
+    # is adam_update's on it alone
+    states = [_optim_inputs(seed + i, size, False) for i, size in enumerate(sizes)]
+    c1, c2 = 1 - ADAM["beta1"] ** t, 1 - ADAM["beta2"] ** t
+    arrs = [[put(backend, x) for x in state] for state in states]
+    outs = [backend.Array(size) for size in sizes]
+    backend.adam_update_many(*([a[k] for a in arrs] for k in range(4)), outs, ADAM["lr"], ADAM["beta1"],
+                             ADAM["beta2"], ADAM["eps"], weight_decay, c1, c2)
+    for state, a, out in zip(states, arrs, outs):
+        want = _adam(ref, *state, weight_decay, t)
+        for x, y in zip((get(backend, out), get(backend, a[2]), get(backend, a[3])), want):
+            close(x, y, rtol=1e-5, atol=1e-7)
+
+
+def test_adam_update_many_large(backend, ref):
+    sizes = [1 << 20, 3, 100003]
+    states = [_optim_inputs(size, size, False) for size in sizes]
+    arrs = [[put(backend, x) for x in state] for state in states]
+    outs = [backend.Array(size) for size in sizes]
+    backend.adam_update_many(*([a[k] for a in arrs] for k in range(4)), outs, ADAM["lr"], ADAM["beta1"],
+                             ADAM["beta2"], ADAM["eps"], 0.001, 0.271, 0.002997)
+    for state, a, out in zip(states, arrs, outs):
+        for x, y in zip((get(backend, out), get(backend, a[2]), get(backend, a[3])), _adam(ref, *state, 0.001, 3)):
+            close(x, y, rtol=1e-5, atol=1e-7)
 
 
 def _sgd(module, p, g, u, lr, momentum, weight_decay, out_is_param=False):

@@ -194,6 +194,34 @@ def test_adam_update_size_mismatch(backend, ref, bad):
     assert "sizes differ" in msg
 
 
+@pytest.mark.parametrize("bad", range(5))
+def test_adam_update_many_size_mismatch(backend, ref, bad):
+    def args(m):
+        lists = [arrays(m, 4, 6) for _ in range(5)]
+        lists[bad][1] = m.Array(5)
+        return lists + [0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001]
+    msg = raises_like_reference(backend, ref, "adam_update_many", args)
+    assert "sizes differ" in msg and "[1]=5" in msg
+
+
+def test_adam_update_many_lists(backend, ref):
+    scalars = [0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001]
+    msg = raises_like_reference(backend, ref, "adam_update_many",
+                                lambda m: [arrays(m, 4, 4)] * 4 + [arrays(m, 4)] + scalars)
+    assert "lists differ in length" in msg and "outs=1" in msg
+    msg = raises_like_reference(backend, ref, "adam_update_many", lambda m: [m.Array(4)] + [arrays(m, 4)] * 4 + scalars)
+    assert "params must be a list" in msg
+    raises_like_reference(backend, ref, "adam_update_many", lambda m: [arrays(m, 4)] * 5 + ["fast"] + scalars[1:])
+    # no arrays: nothing to do
+    backend.adam_update_many([], [], [], [], [], *scalars)
+
+
+def test_adam_update_many_names_the_array_of_the_wrong_type(cpu):
+    a = put(cpu, np.zeros(4))
+    with pytest.raises(ValueError, match=r"adam_update_many: grads\[1\] must be an ndarray_backend_cpu.Array"):
+        cpu.adam_update_many([a, a], [a, None], [a, a], [a, a], [a, a], 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001)
+
+
 def test_adam_update_bad_scalar(backend, ref):
     raises_like_reference(backend, ref, "adam_update",
                           lambda m: arrays(m, 4, 4, 4, 4, 4) + ["fast", 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001])

@@ -13,7 +13,7 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
          "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3",
-         "winograd_weight_grad")
+         "winograd_weight_grad", "adam_update_many")
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +98,33 @@ def _activation_grads(device):
 def test_activation_adjoints_the_same_without_their_kernels(plain):
     assert not hasattr(plain, "ewise_tanh_backward")
     np.testing.assert_allclose(_activation_grads(plain), _activation_grads(ndl.cpu_numpy()), rtol=1e-6, atol=1e-6)
+
+
+def _adam_steps(device):
+    np.random.seed(7)
+    model = ndl.nn.Sequential(ndl.nn.Linear(5, 4, device=device), ndl.nn.ReLU(), ndl.nn.Linear(4, 3, device=device))
+    opt = ndl.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.001)
+    x = ndl.Tensor(np.random.randn(6, 5).astype(np.float32), device=device)
+    for _ in range(3):
+        opt.reset_grad()
+        (model(x) ** 2).sum().backward(create_graph=False)
+        opt.step()
+    return [p.numpy() for p in model.parameters()] + [opt.m[p].numpy() for p in model.parameters()]
+
+
+def test_adam_steps_the_same_without_the_multi_tensor_kernel(plain):
+    # all parameters in one adam_update_many call where the device has it, one adam_update each where not
+    assert not hasattr(plain, "adam_update_many") and hasattr(ndl.cpu_numpy(), "adam_update_many")
+    for got, want in zip(_adam_steps(plain), _adam_steps(ndl.cpu_numpy())):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_adam_update_many_checks_its_arguments():
+    nd = ndl.backend_ndarray
+    p = nd.array(np.zeros((2, 3), np.float32), device=ndl.cpu())
+    with pytest.raises(ValueError, match="the lists must be of one length"):
+        nd.adam_update_many([p, p], [p], [p, p], [p, p], 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001)
+    q = nd.array(np.zeros((3, 2), np.float32), device=ndl.cpu())
+    with pytest.raises(ValueError, match=r"params\[1\].*grad must be an NDArray of shape \(3, 2\)"):
+        nd.adam_update_many([p, q], [p, p], [p, q], [p, q], 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001)
+    assert nd.adam_update_many([], [], [], [], 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001) == []

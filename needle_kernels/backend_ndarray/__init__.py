@@ -63,6 +63,7 @@ from .ndarray_functions import (
 )
 from .ndarray_fused import (
     adam_update,
+    adam_update_many,
     batchnorm_apply,
     batchnorm_backward,
     batchnorm_stats,

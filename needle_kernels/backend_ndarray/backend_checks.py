@@ -66,6 +66,28 @@ def check_same_size(name, **arrays):
         raise ValueError(f"{name}: sizes differ: " + ", ".join(f"{k}={s}" for k, s in sizes.items()))
 
 
+def check_lists(name, **lists):
+    """The common length of the lists of arrays a multi-tensor kernel takes; raises ValueError
+    naming the argument that is not a list or tuple, or whose length differs."""
+    lengths = {}
+    for what, items in lists.items():
+        if not isinstance(items, (list, tuple)):
+            raise ValueError(f"{name}: {what} must be a list of arrays, got {type(items).__name__}")
+        lengths[what] = len(items)
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{name}: the lists differ in length: " + ", ".join(f"{k}={n}" for k, n in lengths.items()))
+    return next(iter(lengths.values()), 0)
+
+
+def check_optim_lists(name, scalars, **lists):
+    """``(count, scalars as floats)`` for a multi-tensor optimizer kernel: the lists of one
+    length, the arrays at each index of one size, the scalars numbers."""
+    count = check_lists(name, **lists)
+    for i in range(count):
+        check_same_size(name, **{f"{what}[{i}]": items[i] for what, items in lists.items()})
+    return count, [check_scalar(name, s) for s in scalars]
+
+
 def check_size(name, arr, expected, what):
     if arr.size != expected:
         raise ValueError(f"{name}: {what} has {arr.size} elements, expected {expected}")

@@ -25,6 +25,7 @@ import threading
 import numpy as np
 
 from .backend_checks import (
+    check_optim_lists,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_batchnorm,
@@ -585,6 +586,15 @@ def adam_update(param, grad, m, v, out, lr, beta1, beta2, eps, weight_decay, c1,
                 (param.array, grad.array, m.array, v.array, out.array, _f32(beta1), _f32(1.0 - beta1),
                  _f32(beta2), _f32(1.0 - beta2), _f32(weight_decay), _f32(lr / c1), _f32(1.0 / c2), _f32(eps),
                  _i64(out.size)))
+
+
+def adam_update_many(params, grads, ms, vs, outs, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """adam_update on each (params[i], grads[i], ms[i], vs[i], outs[i]) of the lists (see the
+    reference): one launch per array here."""
+    count, _ = check_optim_lists("adam_update_many", (lr, beta1, beta2, eps, weight_decay, c1, c2),
+                                 params=params, grads=grads, ms=ms, vs=vs, outs=outs)
+    for i in range(count):
+        adam_update(params[i], grads[i], ms[i], vs[i], outs[i], lr, beta1, beta2, eps, weight_decay, c1, c2)
 
 
 def sgd_update(param, grad, u, out, lr, momentum, weight_decay):

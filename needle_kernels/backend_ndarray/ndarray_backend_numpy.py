@@ -21,6 +21,7 @@ import numpy as np
 
 # shared by the three backends, so each raises the same messages for the same mistakes
 from .backend_checks import (
+    check_optim_lists,
     check_array_size,
     check_batchnorm,
     check_bias_add,
@@ -279,6 +280,16 @@ def adam_update(param, grad, m, v, out, lr, beta1, beta2, eps, weight_decay, c1,
     m.array[:] = m.array * f(beta1) + g * f(1.0 - beta1)
     v.array[:] = v.array * f(beta2) + (g * g) * f(1.0 - beta2)
     out.array[:] = p - (m.array * f(lr / c1)) / (np.sqrt(v.array * f(1.0 / c2)) + f(eps))
+
+
+def adam_update_many(params, grads, ms, vs, outs, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """adam_update on each (params[i], grads[i], ms[i], vs[i], outs[i]) of five lists of one
+    length, with the same scalars: a model's whole step in one call, which a native backend runs
+    as one pass over all of the arrays (their sizes may differ, and may be 0)."""
+    count, _ = check_optim_lists("adam_update_many", (lr, beta1, beta2, eps, weight_decay, c1, c2),
+                                 params=params, grads=grads, ms=ms, vs=vs, outs=outs)
+    for i in range(count):
+        adam_update(params[i], grads[i], ms[i], vs[i], outs[i], lr, beta1, beta2, eps, weight_decay, c1, c2)
 
 
 def sgd_update(param, grad, u, out, lr, momentum, weight_decay):

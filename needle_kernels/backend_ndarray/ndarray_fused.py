@@ -43,6 +43,35 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, c1, c2):
     return out
 
 
+def adam_update_many(params, grads, ms, vs, lr, beta1, beta2, eps, weight_decay, c1, c2):
+    """adam_update for every parameter of a list at once (one kernel call over all of them on a
+    device that has ``adam_update_many``): returns the list of new parameters; each ``ms[i]``
+    and ``vs[i]`` is updated in place."""
+    if not (len(params) == len(grads) == len(ms) == len(vs)):
+        raise ValueError(f"adam_update_many: {len(params)} params, {len(grads)} grads, {len(ms)} m and "
+                         f"{len(vs)} v: the lists must be of one length")
+    if not params:
+        return []
+    dev = params[0]._device
+    for i, (p, g, m, v) in enumerate(zip(params, grads, ms, vs)):
+        if not (type(g) is type(m) is type(v) is NDArray and p._shape == g._shape == m._shape == v._shape
+                and p._device is dev and g._device is dev and m._device is dev and v._device is dev):
+            # the message is made only here: this loop runs for every parameter of every step
+            _same_layout(f"adam_update_many: params[{i}]", p, grad=g, m=m, v=v)
+            if p._device != dev:
+                raise ValueError(f"adam_update_many: params[{i}] is on {p._device}, params[0] on {dev}")
+    if not _has_kernel(dev, "adam_update_many"):
+        return [adam_update(*state, lr, beta1, beta2, eps, weight_decay, c1, c2) for state in zip(params, grads, ms, vs)]
+    outs = [NDArray._new(p._shape, dev) for p in params]
+    states = []
+    for what, arrays in (("ms", ms), ("vs", vs)):
+        states.append([a._handle if a._offset == 0 and a._strides == o._strides and a._handle.size == o._handle.size
+                       else _state("adam_update_many", f"{what}[{i}]", a) for i, (a, o) in enumerate(zip(arrays, outs))])
+    dev.adam_update_many([p.compact()._handle for p in params], [g.compact()._handle for g in grads], *states,
+                         [o._handle for o in outs], lr, beta1, beta2, eps, weight_decay, c1, c2)
+    return outs
+
+
 def sgd_update(param, grad, u, lr, momentum, weight_decay):
     """One SGD step: returns the new parameter (a new array); the momentum buffer ``u`` (or None) is updated in place."""
     if u is None:
