@@ -24,7 +24,9 @@ is recorded; needle's own default records one, so they can be differentiated
 again).
 
 Each timing alternates the two libraries and reports the median, so load from
-other processes hits both alike. The ratio is needle_kernels time / reference
+other processes hits both alike. Each library first runs the workload WARMUP
+times (caches of buffers and kernels filled, the first row not paying for the
+process's start). The ratio is needle_kernels time / reference
 time. Without torch only the needle_kernels column is printed. ``--profile``
 adds, for needle_kernels, the time spent in each op's ``compute`` (forward and
 backward together), in each backend kernel, and the Python functions with the
@@ -574,6 +576,9 @@ def _all_subclasses(cls):
 # ---------------------------------------------------------------- main
 
 
+WARMUP = 3
+
+
 def median_alternating(a, b, repeat):
     ta, tb = [], []
     for _ in range(repeat):
@@ -605,7 +610,7 @@ def main(argv=None):
     rows = []
 
     def row(name, ndl_fn, torch_fn, reference="torch", repeat=args.repeat, warm=True):
-        if warm:
+        for _ in range(WARMUP if warm else 0):
             ndl_fn()
             if torch_fn is not None:
                 torch_fn()
