@@ -291,10 +291,12 @@ def batchnorm_stats(x):
     return m.astype(x.dtype), ((X - m) ** 2).mean(axis=0).astype(x.dtype)
 
 
-def batchnorm_apply(x, scale, shift):
-    """x * scale + shift with one scale and shift per column of x (rows, channels)."""
+def batchnorm_apply(x, scale, shift, relu=False):
+    """x * scale + shift with one scale and shift per column of x (rows, channels); with
+    ``relu``, max(that, 0)."""
     _bn_columns("batchnorm_apply", x)
-    return x * scale + shift
+    y = x * scale + shift
+    return numpy.maximum(y, 0) if relu else y
 
 
 def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):

@@ -709,6 +709,26 @@ def test_batchnorm(backend, ref, rows, cols, spread, batch_stats, seed):
 
 
 @given_settings
+@given(st.integers(1, 40), st.integers(1, 70), st.booleans(), st.integers(0, 2**32 - 1))
+def test_batchnorm_apply_with_relu(backend, ref, rows, cols, in_place, seed):
+    # the ReLU after a batch norm in the same pass: max(x * scale + shift, 0), exact zeros included
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[0, 0] = 0.0
+    scale, shift = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    shift[0] = 0.0
+    results = []
+    for module in (backend, ref):
+        X = put(module, x.ravel())
+        out = X if in_place else module.Array(rows * cols)
+        module.batchnorm_apply(X, put(module, scale), put(module, shift), out, rows, cols, True)
+        results.append(get(module, out).reshape(rows, cols))
+    close(results[0], results[1], rtol=1e-5, atol=1e-6)  # (a fused multiply-add rounds once)
+    close(results[1], np.maximum(x * scale + shift, 0), rtol=1e-5, atol=1e-6)
+    assert (results[0] >= 0).all() and (results[0][x * scale + shift < -1e-5] == 0).all() and results[0][0, 0] == 0
+
+
+@given_settings
 @given(st.integers(0, 40), st.integers(1, 70), st.booleans(), st.integers(0, 2**32 - 1))
 def test_bias_add(backend, ref, rows, cols, in_place, seed):
     rng = np.random.default_rng(seed)

@@ -156,6 +156,27 @@ def test_fused_batchnorm_is_the_generic_one(device, training, create_graph):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_batchnorm_with_its_relu_is_relu_of_batchnorm(device, training, fused, create_graph):
+    # bn(x, relu=True): one op (fused, in training) against the ReLU module after the batch norm
+    x, g = rand(4, 5, 3, 2) * 3 - 1, rand(4, 5, 3, 2)
+    results = []
+    for together in (True, False):
+        bn = nn.BatchNorm2d(5, device=device, fused=fused)
+        bn.weight.data, bn.bias.data = T([0.5, 1, 2, -1, 3], device), T([1, 0, -2, 0.5, 0], device)
+        if not training:
+            bn.eval()
+        xt = ndl.Tensor(x, device=device, requires_grad=True)
+        out = bn(xt, relu=True) if together else nn.ReLU()(bn(xt))
+        (out * T(g, device)).sum().backward(create_graph=create_graph)
+        results.append([out.numpy(), xt.grad.numpy(), bn.weight.grad.numpy(), bn.bias.grad.numpy()])
+    assert (results[0][0] >= 0).all() and (results[0][0] == 0).any()
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_fused_batchnorm2d_of_nhwc_memory(device):
     # a convolution's output: NCHW seen through a transpose of NHWC memory, which the one
     # fused op reads as (N*H*W, C) rows in place; the same values as the generic ops

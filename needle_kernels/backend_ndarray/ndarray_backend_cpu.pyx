@@ -99,7 +99,7 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                          const double *invstd, double *db, double *dw)
     void nk_bias_add_rows(const float *a, const float *bias, float *out, Py_ssize_t rows, Py_ssize_t n)
     void nk_bn_apply_rows(const float *x, const float *scale, const float *shift, float *out, Py_ssize_t rows,
-                          Py_ssize_t n)
+                          Py_ssize_t n, int relu)
     void nk_bn_dx_rows(const float *x, const float *dy, const float *k, const float *gm, const float *mean,
                        const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
@@ -1819,8 +1819,8 @@ def bias_add(a, bias, out, rows, cols):
                 nk_bias_add_rows(A.data + t * step * cc, Bs.data, O.data + t * step * cc, min(step, cr - t * step), cc)
 
 
-def batchnorm_apply(x, scale, shift, out, rows, cols):
-    """out[r, c] = x[r, c] * scale[c] + shift[c] (see the reference)."""
+def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
+    """out[r, c] = x[r, c] * scale[c] + shift[c], with ``relu`` max(that, 0) (see the reference)."""
     cdef Array X = _arr("batchnorm_apply", "x", x)
     cdef Array S = _arr("batchnorm_apply", "scale", scale)
     cdef Array B = _arr("batchnorm_apply", "shift", shift)
@@ -1829,7 +1829,7 @@ def batchnorm_apply(x, scale, shift, out, rows, cols):
     cdef Py_ssize_t cr = rows, cc = cols, t, step
     if not (cr >= 1 and cc >= 1 and X.size == cr * cc and O.size == cr * cc and S.size == cc and B.size == cc):
         check_batchnorm("batchnorm_apply", rows, cols, dict(x=X, out=O), dict(scale=S, shift=B))
-    cdef int nt = _threads_for(cr * cc)
+    cdef int nt = _threads_for(cr * cc), with_relu = bool(relu)
     step = _chunk(cr, nt)
     nk_reset_threads()
     with nogil:
@@ -1837,7 +1837,7 @@ def batchnorm_apply(x, scale, shift, out, rows, cols):
             nk_note_thread(threadid())
             if t * step < cr:
                 nk_bn_apply_rows(X.data + t * step * cc, S.data, B.data, O.data + t * step * cc,
-                                 min(step, cr - t * step), cc)
+                                 min(step, cr - t * step), cc, with_relu)
 
 
 def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):

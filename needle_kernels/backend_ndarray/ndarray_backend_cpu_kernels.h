@@ -135,8 +135,16 @@ NK_CLONES static void nk_bias_add_rows(const float *a, const float *restrict bia
  * row cost more than its few vectors of work when n is 64). */
 NK_CLONES static void nk_bn_apply_rows(const float *restrict x, const float *restrict scale,
                                        const float *restrict shift, float *restrict out, ptrdiff_t rows,
-                                       ptrdiff_t n)
+                                       ptrdiff_t n, int relu)
 {
+    if (relu) { /* the ReLU after the batch norm, in the same pass */
+        for (ptrdiff_t r = 0; r < rows; r++)
+            for (ptrdiff_t c = 0; c < n; c++) {
+                const float y = x[r * n + c] * scale[c] + shift[c];
+                out[r * n + c] = y > 0.0f ? y : 0.0f;
+            }
+        return;
+    }
     for (ptrdiff_t r = 0; r < rows; r++)
         for (ptrdiff_t c = 0; c < n; c++) out[r * n + c] = x[r * n + c] * scale[c] + shift[c];
 }

@@ -751,14 +751,14 @@ def bias_add(a, bias, out, rows, cols):
         _launch(_kernel("bias_add"), *grid_1d(rows * cols), (a.array, bias.array, out.array, _i64(rows), _i64(cols)))
 
 
-def batchnorm_apply(x, scale, shift, out, rows, cols):
-    """out[r, c] = x[r, c] * scale[c] + shift[c] (see the reference)."""
+def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
+    """out[r, c] = x[r, c] * scale[c] + shift[c], with ``relu`` max(that, 0) (see the reference)."""
     _require("batchnorm_apply")
     _check_arrays("batchnorm_apply", x=x, scale=scale, shift=shift, out=out)
     rows, cols = int(rows), int(cols)
     check_batchnorm("batchnorm_apply", rows, cols, dict(x=x, out=out), dict(scale=scale, shift=shift))
     _launch(_kernel("batchnorm_apply"), *grid_1d(rows * cols),
-            (x.array, scale.array, shift.array, out.array, _i64(rows), _i64(cols)))
+            (x.array, scale.array, shift.array, out.array, _i64(rows), _i64(cols), np.int32(1 if relu else 0)))
 
 
 def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):

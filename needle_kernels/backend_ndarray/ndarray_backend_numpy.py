@@ -476,12 +476,14 @@ def bias_add(a, bias, out, rows, cols):
     out.array.reshape(rows, cols)[...] = a.array.reshape(rows, cols) + bias.array
 
 
-def batchnorm_apply(x, scale, shift, out, rows, cols):
+def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
     """out[r, c] = x[r, c] * scale[c] + shift[c] (float32), the normalisation with the weight,
-    bias, mean and inverse std folded into one scale and one shift per column."""
+    bias, mean and inverse std folded into one scale and one shift per column; with ``relu``,
+    max(that, 0): a batch norm and the ReLU after it in one pass."""
     check_batchnorm("batchnorm_apply", rows, cols, dict(x=x, out=out), dict(scale=scale, shift=shift))
     X = x.array.reshape(rows, cols)
-    out.array.reshape(rows, cols)[...] = X * scale.array + shift.array
+    y = X * scale.array + shift.array
+    out.array.reshape(rows, cols)[...] = np.maximum(y, np.float32(0)) if relu else y
 
 
 def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):

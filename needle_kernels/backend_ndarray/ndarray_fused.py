@@ -221,14 +221,21 @@ def batchnorm_stats(x):
     return mean, var
 
 
-def batchnorm_apply(x, scale, shift):
-    """x * scale + shift with one scale and shift per column of x (rows, channels)."""
+def batchnorm_apply(x, scale, shift, relu=False):
+    """x * scale + shift with one scale and shift per column of x (rows, channels); with
+    ``relu``, max(that, 0), in the same pass."""
     x = _columns("batchnorm_apply", x, scale=scale, shift=shift)
     rows, cols = x.shape
     if not _has_kernel(x._device, "batchnorm_apply"):
-        return x * _columns_of(scale, x.shape) + _columns_of(shift, x.shape)
+        y = x * _columns_of(scale, x.shape) + _columns_of(shift, x.shape)
+        return y.maximum(0.0) if relu else y
     out = NDArray._new((rows, cols), x._device)
-    x._device.batchnorm_apply(x._handle, scale.compact()._handle, shift.compact()._handle, out._handle, rows, cols)
+    if relu:
+        x._device.batchnorm_apply(x._handle, scale.compact()._handle, shift.compact()._handle, out._handle,
+                                  rows, cols, True)
+    else:  # (the call a backend of one's own written before the flag also answers)
+        x._device.batchnorm_apply(x._handle, scale.compact()._handle, shift.compact()._handle, out._handle,
+                                  rows, cols)
     return out
 
 

@@ -199,14 +199,15 @@ class BatchNorm1d(Module):
         self.running_mean = init.zeros(dim, device=device, dtype=dtype)
         self.running_var = init.ones(dim, device=device, dtype=dtype)
 
-    def _fused(self, x, nchw=False):
+    def _fused(self, x, nchw=False, relu=False):
         """The fused training-mode normalisation of the Tensor x (N, dim), or (N, dim, H, W)
-        with ``nchw``; the running statistics are updated as arrays, outside any graph."""
+        with ``nchw``, and the ReLU after it with ``relu``; the running statistics are updated
+        as arrays, outside any graph."""
         mean, var = ops.batch_statistics(x, nchw)
         m = self.momentum
         self.running_mean.data = Tensor.make_const(self.running_mean.realize_cached_data() * (1 - m) + mean * m)
         self.running_var.data = Tensor.make_const(self.running_var.realize_cached_data() * (1 - m) + var * m)
-        return ops.batch_norm_rows(x, self.weight, self.bias, mean, var, self.eps, True, nchw)
+        return ops.batch_norm_rows(x, self.weight, self.bias, mean, var, self.eps, True, nchw, relu)
 
     # the statistics live on ``axes`` of x; ``kept`` is their shape with those axes kept as 1
     def _normalize(self, x, axes, kept):
@@ -225,24 +226,28 @@ class BatchNorm1d(Module):
         scale = self.weight * (var + self.eps) ** -0.5
         return centered * scale.reshape(kept).broadcast_to(x.shape) + self.bias.reshape(kept).broadcast_to(x.shape)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, relu=False) -> Tensor:
+        """The normalised x; with ``relu``, relu of it (in training, fused: one op, one pass each way)."""
         if len(x.shape) != 2 or x.shape[1] != self.dim:
             raise ValueError(f"{type(self).__name__}: expected input (batch, {self.dim}), got shape {x.shape}")
         if self.fused and self.training:
-            return self._fused(x)
-        return self._normalize(x, (0,), (1, self.dim))
+            return self._fused(x, relu=relu)
+        out = self._normalize(x, (0,), (1, self.dim))
+        return ops.relu(out) if relu else out
 
 
 class BatchNorm2d(BatchNorm1d):
     """BatchNorm over N, H and W of an NCHW input: one mean/var per channel."""
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, relu=False) -> Tensor:
+        """The normalised x; with ``relu``, relu of it (in training, fused: one op, one pass each way)."""
         if len(x.shape) != 4 or x.shape[1] != self.dim:
             raise ValueError(f"BatchNorm2d: expected input (N, {self.dim}, H, W), got shape {x.shape}")
         if self.fused and self.training:
             # one op that sees NCHW x as (N*H*W, C) rows: a view of the NHWC memory a convolution writes
-            return self._fused(x, nchw=True)
-        return self._normalize(x, (0, 2, 3), (1, self.dim, 1, 1))
+            return self._fused(x, nchw=True, relu=relu)
+        out = self._normalize(x, (0, 2, 3), (1, self.dim, 1, 1))
+        return ops.relu(out) if relu else out
 
 
 class LayerNorm1d(Module):

@@ -53,20 +53,27 @@ class BatchNormRows(TensorOp):
     dx = weight * invstd * (g - dbias / rows - xhat * dweight / rows) with batch statistics,
     weight * invstd * g without. With ``nchw``, x is (N, C, H, W) and its rows are the
     (N*H*W, C) view (see _as_rows): BatchNorm2d in one op, with no transposes in the graph.
+    With ``relu``, out = max(that, 0): the ReLU a block puts after its batch norm, in the same
+    pass, and its gradient (g where out > 0) taken before the batch norm's.
     """
 
-    def __init__(self, mean, invstd, batch_stats, nchw=False):
+    def __init__(self, mean, invstd, batch_stats, nchw=False, relu=False):
         self.mean, self.invstd, self.batch_stats, self.nchw = mean, invstd, bool(batch_stats), bool(nchw)
+        self.relu = bool(relu)
 
     def compute(self, x, weight, bias):
         _check_nchw(x, self.nchw, "batch_norm_rows")
         scale = weight * self.invstd
-        return _from_rows(array_api.batchnorm_apply(_as_rows(x, self.nchw), scale, bias - self.mean * scale),
-                          x.shape, self.nchw)
+        rows = _as_rows(x, self.nchw)
+        shift = bias - self.mean * scale
+        out = array_api.batchnorm_apply(rows, scale, shift, True) if self.relu else \
+            array_api.batchnorm_apply(rows, scale, shift)
+        return _from_rows(out, x.shape, self.nchw)
 
     def gradient(self, out_grad, node):
         x, weight, _ = node.inputs
-        grad_op = BatchNormRowsGrad(self.mean, self.invstd, self.batch_stats, self.nchw)
+        grad_op = BatchNormRowsGrad(self.mean, self.invstd, self.batch_stats, self.nchw,
+                                    node.realize_cached_data() if self.relu else None)
         if not autograd.RECORDING:  # nothing will differentiate them: the arrays, without tuple nodes
             arrays = grad_op.compute(x.realize_cached_data(), weight.realize_cached_data(),
                                      out_grad.realize_cached_data())
@@ -76,12 +83,16 @@ class BatchNormRows(TensorOp):
 
 
 class BatchNormRowsGrad(TensorTupleOp):
-    """(dx, dweight, dbias) of BatchNormRows for inputs (x, weight, g), in one fused kernel."""
+    """(dx, dweight, dbias) of BatchNormRows for inputs (x, weight, g), in one fused kernel;
+    ``relu_out``: the output of a BatchNormRows with ``relu``, whose mask g passes through first."""
 
-    def __init__(self, mean, invstd, batch_stats, nchw=False):
+    def __init__(self, mean, invstd, batch_stats, nchw=False, relu_out=None):
         self.mean, self.invstd, self.batch_stats, self.nchw = mean, invstd, batch_stats, nchw
+        self.relu_out = relu_out
 
     def compute(self, x, weight, out_grad):
+        if self.relu_out is not None:
+            out_grad = array_api.relu_backward(out_grad, self.relu_out)
         dx, dweight, dbias = array_api.batchnorm_backward(
             _as_rows(x, self.nchw), _as_rows(out_grad, self.nchw), self.mean, self.invstd, weight, self.batch_stats)
         return _from_rows(dx, x.shape, self.nchw), dweight, dbias
@@ -92,7 +103,7 @@ class BatchNormRowsGrad(TensorTupleOp):
             "with fused=False (the same normalisation in generic ops)")
 
 
-def batch_norm_rows(x, weight, bias, mean, var, eps, batch_stats, nchw=False):
+def batch_norm_rows(x, weight, bias, mean, var, eps, batch_stats, nchw=False, relu=False):
     """Batch norm of the Tensor x (rows, C), or (N, C, H, W) with ``nchw``, with the arrays mean
-    and var (C,): see BatchNormRows."""
-    return BatchNormRows(mean, (var + eps) ** -0.5, batch_stats, nchw)(x, weight, bias)
+    and var (C,), followed by a ReLU with ``relu``: see BatchNormRows."""
+    return BatchNormRows(mean, (var + eps) ** -0.5, batch_stats, nchw, relu)(x, weight, bias)

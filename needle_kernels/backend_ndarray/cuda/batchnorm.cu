@@ -52,11 +52,12 @@ extern "C" __global__ void bias_add(const float* a, const float* bias, float* ou
 }
 
 extern "C" __global__ void batchnorm_apply(const float* x, const float* scale, const float* shift, float* out,
-                                           index_t rows, index_t cols) {
+                                           index_t rows, index_t cols, int relu) {
     const index_t n = rows * cols;
     for (index_t i = thread_index(); i < n; i += thread_count()) {
         const index_t c = i % cols;
-        out[i] = x[i] * scale[c] + shift[c];
+        const float y = x[i] * scale[c] + shift[c];
+        out[i] = relu ? fmaxf(y, 0.0f) : y;
     }
 }
 
