@@ -31,15 +31,15 @@ def normalize_axes(axes, ndim, name):
 def resolve_shape(shape, old_shape, name="reshape"):
     """``shape`` for an array of ``old_shape``, its one -1 (if any) inferred from the size."""
     size = math.prod(old_shape)
-    shape = tuple(int(n) for n in shape)
-    if shape.count(-1) > 1:
-        raise ValueError(f"{name}: only one dimension can be -1 in {shape}")
+    shape = tuple(map(int, shape))  # (map, not a generator: every reshape comes through here)
     if -1 in shape:
+        if shape.count(-1) > 1:
+            raise ValueError(f"{name}: only one dimension can be -1 in {shape}")
         known = math.prod(n for n in shape if n != -1)
         if known == 0 or size % known:
             raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} into shape {shape}")
         shape = tuple(size // known if n == -1 else n for n in shape)
-    if math.prod(shape) != size or any(n < 0 for n in shape):
+    if math.prod(shape) != size or (shape and min(shape) < 0):
         raise ValueError(f"{name}: cannot reshape an array of shape {tuple(old_shape)} ({size} elements) "
                          f"into shape {shape}")
     return shape

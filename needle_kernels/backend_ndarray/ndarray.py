@@ -316,7 +316,7 @@ class NDArray:
 
     def reshape(self, *shape):
         """A view with a new shape (one -1 is inferred); copies first only if the view is not contiguous."""
-        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        if len(shape) == 1 and type(shape[0]) is not int and not isinstance(shape[0], numbers.Integral):
             shape = shape[0]
         shape = resolve_shape(shape, self._shape)
         src = self if self.is_contiguous() else self.compact()
@@ -324,16 +324,15 @@ class NDArray:
 
     def permute(self, new_axes):
         """A view with the axes reordered: result.shape[i] == self.shape[new_axes[i]]."""
-        new_axes = tuple(int(a) % builtins.max(self.ndim, 1) for a in new_axes)
-        if sorted(new_axes) != list(range(self.ndim)):
-            raise ValueError(f"permute: {new_axes} is not a permutation of the axes of shape {self._shape}")
-        return NDArray._alias(
-            tuple(self._shape[a] for a in new_axes),
-            tuple(self._strides[a] for a in new_axes),
-            self._device,
-            self._handle,
-            self._offset,
-        )
+        nd = len(self._shape)
+        axes = tuple(map(int, new_axes))
+        if sorted(axes) != list(range(nd)):  # negative axes count from the end
+            axes = tuple(a % builtins.max(nd, 1) for a in axes)
+            if sorted(axes) != list(range(nd)):
+                raise ValueError(f"permute: {axes} is not a permutation of the axes of shape {self._shape}")
+        shape, strides = self._shape, self._strides
+        return NDArray._alias(tuple([shape[a] for a in axes]), tuple([strides[a] for a in axes]),
+                              self._device, self._handle, self._offset)
 
     def broadcast_to(self, *new_shape):
         """A view repeating size-1 axes with stride 0 (numpy rules; leading axes may be added)."""
