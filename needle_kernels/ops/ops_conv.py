@@ -303,7 +303,8 @@ class Conv(TensorOp):
         kl = hi - lo + 1
         padded_data, cols_data = saved
         dA = dB = None
-        if need_b and cols_data is None and kl == k and ho * wo >= WINOGRAD_DW_MIN_PIXELS:
+        if (need_b and cols_data is None and kl == k and ho * wo >= WINOGRAD_DW_MIN_PIXELS
+                and _winograd_fits(padded_data, k, self.stride, c_in, c_out)):
             # a forward by Winograd kept no im2col matrix, and its weight-gradient kernel makes none
             dB = array_api.winograd_weight_grad(padded_data, g)
         elif need_b:
