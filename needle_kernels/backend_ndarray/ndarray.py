@@ -230,9 +230,13 @@ class NDArray:
     # ------------------------------------------------------------ layout
     def is_contiguous(self):
         """Row-major strides (dimensions of size 1 may have any stride)."""
-        if self._strides == compact_strides(self._shape):
+        expect = compact_strides(self._shape)
+        if self._strides == expect:
             return True
-        return all(n == 1 or s == c for n, s, c in zip(self._shape, self._strides, compact_strides(self._shape)))
+        for n, s, c in zip(self._shape, self._strides, expect):  # (a loop: this runs for every reshape)
+            if n != 1 and s != c:
+                return False
+        return True
 
     def is_compact(self):
         """Row-major, offset 0 and covering the whole buffer: what kernels take as input."""
@@ -369,9 +373,13 @@ class NDArray:
         axes = tuple(tuple(int(x) for x in p) for p in axes)
         if len(axes) != self.ndim or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in axes):
             raise ValueError(f"pad: need one (lo, hi) pair of non-negative ints per axis of shape {self._shape}, got {axes}")
-        out = NDArray.make(tuple(n + lo + hi for n, (lo, hi) in zip(self._shape, axes)), device=self.device)
-        out.fill(0.0)
-        out[tuple(slice(lo, lo + n) for n, (lo, _) in zip(self._shape, axes))] = self
+        out = NDArray._new(tuple([n + lo + hi for n, (lo, hi) in zip(self._shape, axes)]), self._device)
+        self._device.fill(out._handle, 0.0)
+        # the interior, this array's place in out: a view made directly (what out[lo:lo + n, ...] gives)
+        interior = NDArray._alias(self._shape, out._strides, self._device, out._handle,
+                                  builtins.sum(lo * st for (lo, _), st in zip(axes, out._strides)))
+        kshape, kstrides = _kernel_view(interior._shape, interior._strides)
+        self._device.ewise_setitem(self.compact()._handle, out._handle, kshape, kstrides, interior._offset)
         return out
 
     # ------------------------------------------------------------ indexing

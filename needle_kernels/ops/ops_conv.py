@@ -14,6 +14,8 @@ A 3x3 convolution of stride 1 with enough channels runs as Winograd's F(2x2, 3x3
 instead, where the device has its tile transforms: 16 products of (tiles, C_in) by
 (C_in, C_out), 2.25x fewer multiply-adds than im2col's product and no im2col copy.
 """
+import functools
+
 import numpy
 
 from .. import autograd
@@ -153,6 +155,7 @@ def _live_taps(size, k, stride, padding):
     return max(0, padding - (out - 1) * stride), min(k - 1, size - 1 + padding)
 
 
+@functools.lru_cache(maxsize=1024)  # (a pure function of five ints, asked twice per layer per step)
 def _tap_plan(h, w, k, stride, padding):
     """How Conv multiplies: ``(lo, hi, pad_width)``, kernel taps lo..hi (of both axes) of an NHWC
     image padded by ``pad_width``.
@@ -187,6 +190,12 @@ _WINOGRAD_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 
 _WINOGRAD_GG = numpy.kron(_WINOGRAD_G, _WINOGRAD_G)
 
 
+@functools.lru_cache(maxsize=16)
+def _winograd_gg(device):
+    """kron(G, G) on ``device``, copied there once (a constant the layer multiplies every step)."""
+    return array_api.array(_WINOGRAD_GG, device=device)
+
+
 def _winograd_fits(image, k, stride, c_in, c_out):
     return (k == 3 and stride == 1 and min(c_in, c_out) >= WINOGRAD_MIN_CHANNELS
             and array_api.winograd_runs_on(device_of(image)))
@@ -197,8 +206,8 @@ def _winograd_conv3x3(image, weight):
     ``weight``: U = G g G^T for all channel pairs in one product, then the backend's kernel
     (transforms of the input tiles, the 16 tile products, transforms of the products)."""
     c_in, c_out = weight.shape[2], weight.shape[3]
-    gg = array_api.array(_WINOGRAD_GG, device=device_of(image))
-    u = array_api.reshape(gg @ array_api.reshape(weight, (9, c_in * c_out)), (16, c_in, c_out))
+    u = array_api.reshape(_winograd_gg(device_of(image)) @ array_api.reshape(weight, (9, c_in * c_out)),
+                          (16, c_in, c_out))
     return array_api.winograd_conv3x3(image, u)
 
 
