@@ -128,3 +128,18 @@ def test_adam_update_many_checks_its_arguments():
     with pytest.raises(ValueError, match=r"params\[1\].*grad must be an NDArray of shape \(3, 2\)"):
         nd.adam_update_many([p, q], [p, p], [p, q], [p, q], 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001)
     assert nd.adam_update_many([], [], [], [], 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001) == []
+
+
+def test_adam_update_many_of_parameters_on_two_devices():
+    # one call per parameter then, each on its own device: the values of adam_update
+    nd = ndl.backend_ndarray
+    rng = np.random.default_rng(3)
+    # (param, grad, m, v), v >= 0 as a second moment is
+    arrays = [[np.abs(rng.standard_normal((2, 3))).astype(np.float32) for _ in range(4)] for _ in range(2)]
+    devices = (ndl.cpu(), ndl.cpu_numpy())
+    states = [[nd.array(a, device=dev) for a in state] for state, dev in zip(arrays, devices)]
+    got = nd.adam_update_many(*([s[k] for s in states] for k in range(4)), 0.1, 0.9, 0.999, 1e-8, 0.01, 0.1, 0.001)
+    for out, state, dev in zip(got, arrays, devices):
+        assert out.device == dev
+        want = nd.adam_update(*(nd.array(a, device=dev) for a in state), 0.1, 0.9, 0.999, 1e-8, 0.01, 0.1, 0.001)
+        np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-6)

@@ -68,7 +68,7 @@ class Array:
 
     def __del__(self):
         array = getattr(self, "array", None)
-        if array is not None:
+        if array is not None and _account is not None:  # (None: the interpreter is shutting down)
             _account(-array.nbytes)
 
     @property

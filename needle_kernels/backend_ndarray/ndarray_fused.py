@@ -52,15 +52,14 @@ def adam_update_many(params, grads, ms, vs, lr, beta1, beta2, eps, weight_decay,
                          f"{len(vs)} v: the lists must be of one length")
     if not params:
         return []
-    dev = params[0]._device
+    dev, one_device = params[0]._device, True
     for i, (p, g, m, v) in enumerate(zip(params, grads, ms, vs)):
         if not (type(g) is type(m) is type(v) is NDArray and p._shape == g._shape == m._shape == v._shape
                 and p._device is dev and g._device is dev and m._device is dev and v._device is dev):
             # the message is made only here: this loop runs for every parameter of every step
             _same_layout(f"adam_update_many: params[{i}]", p, grad=g, m=m, v=v)
-            if p._device != dev:
-                raise ValueError(f"adam_update_many: params[{i}] is on {p._device}, params[0] on {dev}")
-    if not _has_kernel(dev, "adam_update_many"):
+            one_device = one_device and p._device == dev
+    if not one_device or not _has_kernel(dev, "adam_update_many"):  # one call per parameter
         return [adam_update(*state, lr, beta1, beta2, eps, weight_decay, c1, c2) for state in zip(params, grads, ms, vs)]
     outs = [NDArray._new(p._shape, dev) for p in params]
     states = []

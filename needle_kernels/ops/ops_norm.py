@@ -64,10 +64,7 @@ class BatchNormRows(TensorOp):
     def compute(self, x, weight, bias):
         _check_nchw(x, self.nchw, "batch_norm_rows")
         scale = weight * self.invstd
-        rows = _as_rows(x, self.nchw)
-        shift = bias - self.mean * scale
-        out = array_api.batchnorm_apply(rows, scale, shift, True) if self.relu else \
-            array_api.batchnorm_apply(rows, scale, shift)
+        out = array_api.batchnorm_apply(_as_rows(x, self.nchw), scale, bias - self.mean * scale, self.relu)
         return _from_rows(out, x.shape, self.nchw)
 
     def gradient(self, out_grad, node):
