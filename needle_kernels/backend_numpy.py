@@ -291,6 +291,15 @@ def batchnorm_stats(x):
     return m.astype(x.dtype), ((X - m) ** 2).mean(axis=0).astype(x.dtype)
 
 
+def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, eps, momentum):
+    """``(invstd, scale, shift, new_running_mean, new_running_var)`` of a training-mode batch norm,
+    per channel (the formulas of ``ndarray_backend_numpy.batchnorm_fold``), in mean's dtype."""
+    invstd = (1.0 / numpy.sqrt(var.astype(numpy.float64) + eps)).astype(mean.dtype)
+    scale = weight * invstd
+    return (invstd, scale, bias - mean * scale, running_mean * (1 - momentum) + mean * momentum,
+            running_var * (1 - momentum) + var * momentum)
+
+
 def batchnorm_apply(x, scale, shift, relu=False):
     """x * scale + shift with one scale and shift per column of x (rows, channels); with
     ``relu``, max(that, 0)."""

@@ -27,7 +27,7 @@ TABLE = [
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "adam_update_many", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
     "winograd_weight_grad", "softmax_xent",
-    "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
+    "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
     "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
@@ -706,6 +706,29 @@ def test_batchnorm(backend, ref, rows, cols, spread, batch_stats, seed):
     close(want[2], x * scale + shift, rtol=1e-5, atol=1e-5 * spread)
     for a, b in zip(want[3:], (dx, dw, db)):
         close(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(b).max(initial=0))))
+
+
+@given_settings
+@given(st.integers(1, 70), st.floats(1e-6, 1e-2), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_batchnorm_fold(backend, ref, cols, eps, momentum, seed):
+    # a training step's per-channel values: inverse std, scale, shift and the running averages
+    rng = np.random.default_rng(seed)
+    mean, weight, bias, running_mean = (rng.standard_normal(cols).astype(np.float32) for _ in range(4))
+    var, running_var = (rng.random(cols).astype(np.float32) * 3 for _ in range(2))
+    var[0] = 0.0
+    results = []
+    for module in (backend, ref):
+        ins = [put(module, a) for a in (mean, var, weight, bias, running_mean, running_var)]
+        outs = [module.Array(cols) for _ in range(5)]
+        module.batchnorm_fold(*ins, *outs, cols, eps, momentum)
+        results.append([get(module, o) for o in outs])
+    invstd = 1 / np.sqrt(var.astype(np.float64) + eps)
+    scale = weight * invstd
+    exact = (invstd, scale, bias - mean * scale, running_mean * (1 - momentum) + mean * momentum,
+             running_var * (1 - momentum) + var * momentum)
+    for got, want, formula in zip(results[0], results[1], exact):
+        close(got, want, rtol=1e-6, atol=1e-6 * max(1.0, float(np.abs(want).max())))
+        close(want, formula, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(formula).max())))
 
 
 @given_settings

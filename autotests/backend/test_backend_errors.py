@@ -222,6 +222,17 @@ def test_adam_update_many_names_the_array_of_the_wrong_type(cpu):
         cpu.adam_update_many([a, a], [a, None], [a, a], [a, a], [a, a], 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001)
 
 
+@pytest.mark.parametrize("bad", range(11))
+def test_batchnorm_fold_size_mismatch(backend, ref, bad):
+    names = ["mean", "var", "weight", "bias", "running_mean", "running_var", "invstd", "scale", "shift",
+             "new_mean", "new_var"]
+    sizes = [4] * 11
+    sizes[bad] = 3
+    msg = raises_like_reference(backend, ref, "batchnorm_fold", lambda m: arrays(m, *sizes) + [4, 1e-5, 0.1])
+    assert f"{names[bad]} (cols=4) has 3 elements" in msg
+    raises_like_reference(backend, ref, "batchnorm_fold", lambda m: arrays(m, *[4] * 11) + [4, "small", 0.1])
+
+
 def test_adam_update_bad_scalar(backend, ref):
     raises_like_reference(backend, ref, "adam_update",
                           lambda m: arrays(m, 4, 4, 4, 4, 4) + ["fast", 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001])

@@ -13,7 +13,7 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
          "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3",
-         "winograd_weight_grad", "adam_update_many")
+         "winograd_weight_grad", "adam_update_many", "batchnorm_fold")
 
 
 @pytest.fixture(scope="module")

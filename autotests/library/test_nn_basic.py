@@ -177,6 +177,22 @@ def test_batchnorm_with_its_relu_is_relu_of_batchnorm(device, training, fused, c
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_fused_batchnorm_recomputes_a_stale_fold(device):
+    # scale and shift worked out for other weight and bias arrays are not used: the op's own inputs are
+    x = ndl.Tensor(rand(6, 3) * 2, device=device)
+    w, b = T([0.5, 2, -1], device), T([1, 0, 3], device)
+    mean, var = ndl.ops.batch_statistics(x)
+    old_w, old_b = T([1, 1, 1], device).realize_cached_data(), T([0, 0, 0], device).realize_cached_data()
+    invstd = (var + 1e-5) ** -0.5
+    stale = (old_w, old_b, invstd, old_w * invstd, old_b - mean * (old_w * invstd))
+    got = ndl.ops.batch_norm_rows(x, w, b, mean, var, 1e-5, True, folded=stale).numpy()
+    want = ndl.ops.batch_norm_rows(x, w, b, mean, var, 1e-5, True).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    xs = x.numpy()
+    np.testing.assert_allclose(got, (xs - xs.mean(0)) / np.sqrt(xs.var(0) + 1e-5) * [0.5, 2, -1] + [1, 0, 3],
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_fused_batchnorm2d_of_nhwc_memory(device):
     # a convolution's output: NCHW seen through a transpose of NHWC memory, which the one
     # fused op reads as (N*H*W, C) rows in place; the same values as the generic ops

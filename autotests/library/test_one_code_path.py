@@ -65,7 +65,7 @@ def test_both_array_apis_offer_what_the_library_calls():
 
     needed = ("array", "full", "sum", "max", "maximum", "exp", "log", "tanh", "reshape", "broadcast_to",
               "transpose", "flip", "pad", "stack", "as_strided", "greater", "equal", "col2im",
-              "sgd_update", "adam_update", "adam_update_many", "device_of", "element_strides")
+              "sgd_update", "adam_update", "adam_update_many", "batchnorm_fold", "device_of", "element_strides")
     for name in needed:
         assert callable(getattr(nd, name)), name
         assert callable(getattr(backend_numpy, name)), name

@@ -66,6 +66,7 @@ from .ndarray_fused import (
     adam_update_many,
     batchnorm_apply,
     batchnorm_backward,
+    batchnorm_fold,
     batchnorm_stats,
     bias_add,
     col2im,

@@ -29,7 +29,7 @@ import numpy as np
 
 cimport openmp
 from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport logf
+from libc.math cimport logf, sqrt
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
@@ -1798,6 +1798,45 @@ def batchnorm_stats(x, mean, var, rows, cols):
         for c in range(cc):
             M.data[c] = <float>m[c]
             V.data[c] = <float>(v[c] / cr)
+
+
+def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, invstd, scale, shift, new_mean, new_var,
+                   cols, eps, momentum):
+    """A training-mode batch norm's per-channel values in one loop (see the reference)."""
+    arrays = dict(mean=mean, var=var, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var,
+                  invstd=invstd, scale=scale, shift=shift, new_mean=new_mean, new_var=new_var)
+    for what, a in arrays.items():
+        _arr("batchnorm_fold", what, a)
+    cols = _int("batchnorm_fold", "cols", cols)
+    sizes_fit = cols >= 1
+    for a in arrays.values():
+        sizes_fit = sizes_fit and (<Array>a).size == cols
+    if not sizes_fit:
+        check_batchnorm("batchnorm_fold", 1, cols, {}, arrays)
+    cdef double e = check_scalar("batchnorm_fold", eps), mom = check_scalar("batchnorm_fold", momentum)
+    cdef float take = mom, keep = 1.0 - mom  # each formed in double, rounded once (as the reference)
+    cdef float *M = (<Array>mean).data
+    cdef float *V = (<Array>var).data
+    cdef float *W = (<Array>weight).data
+    cdef float *B = (<Array>bias).data
+    cdef float *RM = (<Array>running_mean).data
+    cdef float *RV = (<Array>running_var).data
+    cdef float *INV = (<Array>invstd).data
+    cdef float *S = (<Array>scale).data
+    cdef float *SH = (<Array>shift).data
+    cdef float *NM = (<Array>new_mean).data
+    cdef float *NV = (<Array>new_var).data
+    cdef Py_ssize_t c, cc = cols
+    cdef float inv, sc
+    with nogil:
+        for c in range(cc):
+            inv = <float>(1.0 / sqrt(<double>V[c] + e))
+            sc = W[c] * inv
+            INV[c] = inv
+            S[c] = sc
+            SH[c] = B[c] - M[c] * sc
+            NM[c] = RM[c] * keep + M[c] * take
+            NV[c] = RV[c] * keep + V[c] * take
 
 
 def bias_add(a, bias, out, rows, cols):

@@ -227,7 +227,7 @@ KERNELS = {
                   "softmax_xent", "softmax_xent_grad"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
     "conv.cu": ("col2im", "winograd_input", "winograd_output", "winograd_grad_tiles", "winograd_weight_output"),
-    "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
+    "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
     "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
 }
 _SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
@@ -749,6 +749,21 @@ def bias_add(a, bias, out, rows, cols):
     check_bias_add("bias_add", rows, cols, a, bias, out)
     if rows:
         _launch(_kernel("bias_add"), *grid_1d(rows * cols), (a.array, bias.array, out.array, _i64(rows), _i64(cols)))
+
+
+def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, invstd, scale, shift, new_mean, new_var,
+                   cols, eps, momentum):
+    """A training-mode batch norm's per-channel values (see the reference): one thread per channel."""
+    _require("batchnorm_fold")
+    arrays = dict(mean=mean, var=var, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var,
+                  invstd=invstd, scale=scale, shift=shift, new_mean=new_mean, new_var=new_var)
+    _check_arrays("batchnorm_fold", **arrays)
+    cols = int(cols)
+    check_batchnorm("batchnorm_fold", 1, cols, {}, arrays)
+    eps, momentum = check_scalar("batchnorm_fold", eps), check_scalar("batchnorm_fold", momentum)
+    _launch(_kernel("batchnorm_fold"), *grid_1d(cols),
+            tuple(a.array for a in arrays.values()) + (_i64(cols), np.float64(eps), _f32(1.0 - momentum),
+                                                       _f32(momentum)))
 
 
 def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):

@@ -469,6 +469,31 @@ def batchnorm_stats(x, mean, var, rows, cols):
     var.array[:] = ((X - m) ** 2).sum(axis=0) / rows
 
 
+def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, invstd, scale, shift, new_mean, new_var,
+                   cols, eps, momentum):
+    """Everything a training-mode batch norm works out per channel between its two passes over
+    the data, from the batch's mean and biased variance (cols each), in one call:
+
+        invstd   = 1 / sqrt(var + eps)                  (in float64, rounded once)
+        scale    = weight * invstd,  shift = bias - mean * scale
+        new_mean = running_mean * (1 - momentum) + mean * momentum
+        new_var  = running_var * (1 - momentum) + var * momentum
+
+    (float32 arithmetic with (1 - momentum) and momentum rounded to float32), where the same
+    formulas as array operations take eleven kernels."""
+    check_batchnorm("batchnorm_fold", 1, cols, {}, dict(
+        mean=mean, var=var, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var,
+        invstd=invstd, scale=scale, shift=shift, new_mean=new_mean, new_var=new_var))
+    eps, momentum = check_scalar("batchnorm_fold", eps), check_scalar("batchnorm_fold", momentum)
+    f = np.float32
+    invstd.array[:] = 1.0 / np.sqrt(var.array.astype(np.float64) + eps)
+    scale.array[:] = weight.array * invstd.array
+    shift.array[:] = bias.array - mean.array * scale.array
+    keep, take = f(1.0 - momentum), f(momentum)
+    new_mean.array[:] = running_mean.array * keep + mean.array * take
+    new_var.array[:] = running_var.array * keep + var.array * take
+
+
 def bias_add(a, bias, out, rows, cols):
     """out[r, c] = a[r, c] + bias[c] (float32): a linear layer's bias added to its product in one
     pass, instead of a copy of the broadcast bias and an add. out may be a."""

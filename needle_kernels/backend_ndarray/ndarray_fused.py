@@ -220,6 +220,29 @@ def batchnorm_stats(x):
     return mean, var
 
 
+def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, eps, momentum):
+    """``(invstd, scale, shift, new_running_mean, new_running_var)``: what a training-mode batch
+    norm works out per channel from the batch's mean and biased variance (arrays (C,)), in one
+    kernel (see ``ndarray_backend_numpy.batchnorm_fold`` for the formulas)."""
+    ins = (mean, var, weight, bias, running_mean, running_var)
+    dev, shape = mean._device, mean._shape
+    if not all(type(a) is NDArray and a._shape == shape and a._device is dev for a in ins):
+        _same_layout("batchnorm_fold", mean, var=var, weight=weight, bias=bias, running_mean=running_mean,
+                     running_var=running_var)
+    if len(shape) != 1 or shape[0] < 1:
+        raise ValueError(f"batchnorm_fold: per-channel arrays must be (C,) with C >= 1, got shape {shape}")
+    cols = shape[0]
+    if not _has_kernel(dev, "batchnorm_fold"):
+        invstd = (var + eps) ** -0.5
+        scale = weight * invstd
+        return (invstd, scale, bias - mean * scale, running_mean * (1 - momentum) + mean * momentum,
+                running_var * (1 - momentum) + var * momentum)
+    outs = (NDArray._new(shape, dev), NDArray._new(shape, dev), NDArray._new(shape, dev), NDArray._new(shape, dev),
+            NDArray._new(shape, dev))
+    dev.batchnorm_fold(*[a.compact()._handle for a in ins], *[o._handle for o in outs], cols, eps, momentum)
+    return outs
+
+
 def batchnorm_apply(x, scale, shift, relu=False):
     """x * scale + shift with one scale and shift per column of x (rows, channels); with
     ``relu``, max(that, 0), in the same pass."""

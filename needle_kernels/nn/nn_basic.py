@@ -6,6 +6,7 @@ import numpy
 
 from .. import autograd, init, ops
 from ..autograd import Tensor
+from ..backend_selection import array_api
 
 
 class Parameter(Tensor):
@@ -204,10 +205,16 @@ class BatchNorm1d(Module):
         with ``nchw``, and the ReLU after it with ``relu``; the running statistics are updated
         as arrays, outside any graph."""
         mean, var = ops.batch_statistics(x, nchw)
-        m = self.momentum
-        self.running_mean.data = Tensor.make_const(self.running_mean.realize_cached_data() * (1 - m) + mean * m)
-        self.running_var.data = Tensor.make_const(self.running_var.realize_cached_data() * (1 - m) + var * m)
-        return ops.batch_norm_rows(x, self.weight, self.bias, mean, var, self.eps, True, nchw, relu)
+        # every per-channel value the step needs (the running averages, the inverse std, the
+        # scale and shift the kernel applies) in one kernel instead of eleven
+        weight, bias = self.weight.realize_cached_data(), self.bias.realize_cached_data()
+        invstd, scale, shift, running_mean, running_var = array_api.batchnorm_fold(
+            mean, var, weight, bias, self.running_mean.realize_cached_data(),
+            self.running_var.realize_cached_data(), self.eps, self.momentum)
+        self.running_mean.data = Tensor.make_const(running_mean)
+        self.running_var.data = Tensor.make_const(running_var)
+        return ops.batch_norm_rows(x, self.weight, self.bias, mean, var, self.eps, True, nchw, relu,
+                                   folded=(weight, bias, invstd, scale, shift))
 
     # the statistics live on ``axes`` of x; ``kept`` is their shape with those axes kept as 1
     def _normalize(self, x, axes, kept):

@@ -55,16 +55,23 @@ class BatchNormRows(TensorOp):
     (N*H*W, C) view (see _as_rows): BatchNorm2d in one op, with no transposes in the graph.
     With ``relu``, out = max(that, 0): the ReLU a block puts after its batch norm, in the same
     pass, and its gradient (g where out > 0) taken before the batch norm's.
+    ``folded``: ``(weight, bias, scale, shift)`` arrays worked out beforehand (batchnorm_fold);
+    the scale and shift are used when the op meets those very weight and bias arrays, and
+    recomputed otherwise.
     """
 
-    def __init__(self, mean, invstd, batch_stats, nchw=False, relu=False):
+    def __init__(self, mean, invstd, batch_stats, nchw=False, relu=False, folded=None):
         self.mean, self.invstd, self.batch_stats, self.nchw = mean, invstd, bool(batch_stats), bool(nchw)
-        self.relu = bool(relu)
+        self.relu, self.folded = bool(relu), folded
 
     def compute(self, x, weight, bias):
         _check_nchw(x, self.nchw, "batch_norm_rows")
-        scale = weight * self.invstd
-        out = array_api.batchnorm_apply(_as_rows(x, self.nchw), scale, bias - self.mean * scale, self.relu)
+        if self.folded is not None and weight is self.folded[0] and bias is self.folded[1]:
+            scale, shift = self.folded[2], self.folded[3]
+        else:
+            scale = weight * self.invstd
+            shift = bias - self.mean * scale
+        out = array_api.batchnorm_apply(_as_rows(x, self.nchw), scale, shift, self.relu)
         return _from_rows(out, x.shape, self.nchw)
 
     def gradient(self, out_grad, node):
@@ -100,7 +107,11 @@ class BatchNormRowsGrad(TensorTupleOp):
             "with fused=False (the same normalisation in generic ops)")
 
 
-def batch_norm_rows(x, weight, bias, mean, var, eps, batch_stats, nchw=False, relu=False):
+def batch_norm_rows(x, weight, bias, mean, var, eps, batch_stats, nchw=False, relu=False, folded=None):
     """Batch norm of the Tensor x (rows, C), or (N, C, H, W) with ``nchw``, with the arrays mean
-    and var (C,), followed by a ReLU with ``relu``: see BatchNormRows."""
-    return BatchNormRows(mean, (var + eps) ** -0.5, batch_stats, nchw, relu)(x, weight, bias)
+    and var (C,), followed by a ReLU with ``relu``: see BatchNormRows. ``folded``: the
+    ``(weight, bias, invstd, scale, shift)`` arrays of batchnorm_fold, when already worked out."""
+    if folded is None:
+        return BatchNormRows(mean, (var + eps) ** -0.5, batch_stats, nchw, relu)(x, weight, bias)
+    w, b, invstd, scale, shift = folded
+    return BatchNormRows(mean, invstd, batch_stats, nchw, relu, (w, b, scale, shift))(x, weight, bias)

@@ -51,6 +51,21 @@ extern "C" __global__ void bias_add(const float* a, const float* bias, float* ou
     }
 }
 
+extern "C" __global__ void batchnorm_fold(const float* mean, const float* var, const float* weight,
+                                          const float* bias, const float* running_mean, const float* running_var,
+                                          float* invstd, float* scale, float* shift, float* new_mean,
+                                          float* new_var, index_t cols, double eps, float keep, float take) {
+    for (index_t c = thread_index(); c < cols; c += thread_count()) {
+        const float inv = (float)(1.0 / sqrt((double)var[c] + eps));
+        const float sc = weight[c] * inv;
+        invstd[c] = inv;
+        scale[c] = sc;
+        shift[c] = bias[c] - mean[c] * sc;
+        new_mean[c] = running_mean[c] * keep + mean[c] * take;
+        new_var[c] = running_var[c] * keep + var[c] * take;
+    }
+}
+
 extern "C" __global__ void batchnorm_apply(const float* x, const float* scale, const float* shift, float* out,
                                            index_t rows, index_t cols, int relu) {
     const index_t n = rows * cols;
