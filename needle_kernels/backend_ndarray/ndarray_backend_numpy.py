@@ -21,7 +21,6 @@ import numpy as np
 
 # shared by the three backends, so each raises the same messages for the same mistakes
 from .backend_checks import (
-    check_optim_lists,
     check_array_size,
     check_batchnorm,
     check_bias_add,
@@ -30,6 +29,7 @@ from .backend_checks import (
     check_lstm,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
+    check_optim_lists,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
     check_same_size,

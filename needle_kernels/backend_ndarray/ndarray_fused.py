@@ -62,10 +62,9 @@ def adam_update_many(params, grads, ms, vs, lr, beta1, beta2, eps, weight_decay,
     if not one_device or not _has_kernel(dev, "adam_update_many"):  # one call per parameter
         return [adam_update(*state, lr, beta1, beta2, eps, weight_decay, c1, c2) for state in zip(params, grads, ms, vs)]
     outs = [NDArray._new(p._shape, dev) for p in params]
-    states = []
-    for what, arrays in (("ms", ms), ("vs", vs)):
-        states.append([a._handle if a._offset == 0 and a._strides == o._strides and a._handle.size == o._handle.size
-                       else _state("adam_update_many", f"{what}[{i}]", a) for i, (a, o) in enumerate(zip(arrays, outs))])
+    # (the name for _state's message is made only for a state that fails its check)
+    states = [[a._handle if a.is_compact() else _state("adam_update_many", f"{what}[{i}]", a)
+               for i, a in enumerate(arrays)] for what, arrays in (("ms", ms), ("vs", vs))]
     dev.adam_update_many([p.compact()._handle for p in params], [g.compact()._handle for g in grads], *states,
                          [o._handle for o in outs], lr, beta1, beta2, eps, weight_decay, c1, c2)
     return outs
