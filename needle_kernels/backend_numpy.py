@@ -179,11 +179,13 @@ def _same_shape(name, g, x):
         raise ValueError(f"{name}: x must have the shape of g {numpy.shape(g)}, got {numpy.shape(x)}")
 
 
-def bias_add(x, bias):
-    """x (rows, cols) + bias (cols elements) on every row."""
+def bias_add(x, bias, in_place=False):
+    """x (rows, cols) + bias (cols elements) on every row; ``in_place``: into x, returned."""
     if numpy.ndim(x) != 2 or numpy.size(bias) != numpy.shape(x)[1]:
         raise ValueError(f"bias_add: x must be (rows, cols) and bias have cols elements, got shapes "
                          f"{numpy.shape(x)} and {numpy.shape(bias)}")
+    if in_place:
+        return numpy.add(x, numpy.reshape(bias, (1, -1)), out=x)
     return x + numpy.reshape(bias, (1, -1))
 
 
@@ -320,6 +322,37 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
     k = weight * s
     dx = k * (G - db / rows - xhat * (dw / rows)) if batch_stats else k * G
     return dx.astype(x.dtype), dw.astype(x.dtype), db.astype(x.dtype)
+
+
+def _layernorm_shape(name, x, **columns):
+    if numpy.ndim(x) != 2 or numpy.shape(x)[1] == 0:
+        raise ValueError(f"{name}: x must be (rows, features) with features >= 1, got shape {numpy.shape(x)}")
+    for what, arr in columns.items():
+        if numpy.shape(arr) != (x.shape[1],):
+            raise ValueError(f"{name}: {what} must have shape ({x.shape[1]},), got {numpy.shape(arr)}")
+
+
+def layernorm(x, weight, bias, eps):
+    """``(out, mean, invstd)`` of the layer norm of each row of x (rows, features), in x's dtype
+    (the formulas of ``ndarray_backend_numpy.layernorm``)."""
+    _layernorm_shape("layernorm", x, weight=weight, bias=bias)
+    X = x.astype(numpy.float64)
+    m = X.mean(axis=1)
+    s = 1.0 / numpy.sqrt(((X - m[:, None]) ** 2).mean(axis=1) + eps)
+    out = (X - m[:, None]) * s[:, None] * weight + bias
+    return out.astype(x.dtype), m.astype(x.dtype), s.astype(x.dtype)
+
+
+def layernorm_backward(x, dy, mean, invstd, weight):
+    """``(dx, dweight, dbias)`` of layernorm's out for the adjoint dy, in x's dtype
+    (the formulas of ``ndarray_backend_numpy.layernorm_backward``)."""
+    _layernorm_shape("layernorm_backward", x, weight=weight)
+    X, G = x.astype(numpy.float64), dy.astype(numpy.float64)
+    s = invstd.astype(numpy.float64)[:, None]
+    xhat = (X - mean.astype(numpy.float64)[:, None]) * s
+    gw = G * weight
+    dx = s * (gw - gw.mean(axis=1, keepdims=True) - xhat * (gw * xhat).mean(axis=1, keepdims=True))
+    return dx.astype(x.dtype), (G * xhat).sum(axis=0).astype(x.dtype), G.sum(axis=0).astype(x.dtype)
 
 
 def _lstm_shape(name, z, c0):

@@ -27,8 +27,8 @@ TABLE = [
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "adam_update_many", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
     "winograd_weight_grad", "softmax_xent",
-    "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "lstm_cell", "lstm_cell_backward",
-    "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
+    "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm", "layernorm_backward",
+    "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
          "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward"]
@@ -775,6 +775,58 @@ def test_batchnorm_large(backend, ref, rows, cols):
     got, want = _bn_both(backend, ref, x, dy, w, w, w, True)
     for a, b in zip(got, want):
         close(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())))
+
+
+# ---------------------------------------------------------------- layer normalization
+
+def _ln_float64(x, dy, w, b, eps):
+    X, G = x.astype(np.float64), dy.astype(np.float64)
+    mean = X.mean(1)
+    invstd = 1 / np.sqrt(X.var(1) + eps)
+    xhat = (X - mean[:, None]) * invstd[:, None]
+    gw = G * w
+    dx = invstd[:, None] * (gw - gw.mean(1, keepdims=True) - xhat * (gw * xhat).mean(1, keepdims=True))
+    return mean, invstd, xhat * w + b, dx, (G * xhat).sum(0), G.sum(0)
+
+
+def _ln_both(backend, ref, x, dy, w, b, eps):
+    rows, cols = x.shape
+    results = []
+    for module in (backend, ref):
+        X, G, W, B = put(module, x.ravel()), put(module, dy.ravel()), put(module, w), put(module, b)
+        out, mean, invstd = module.Array(rows * cols), module.Array(rows), module.Array(rows)
+        module.layernorm(X, W, B, out, mean, invstd, rows, cols, eps)
+        dx, dw, db = module.Array(rows * cols), module.Array(cols), module.Array(cols)
+        module.layernorm_backward(X, G, mean, invstd, W, dx, dw, db, rows, cols)
+        results.append((get(module, mean), get(module, invstd), get(module, out).reshape(rows, cols),
+                        get(module, dx).reshape(rows, cols), get(module, dw), get(module, db)))
+    return results
+
+
+@given_settings
+@given(st.integers(0, 40), st.integers(1, 140), st.floats(0.01, 100.0), st.floats(1e-6, 1e-2),
+       st.integers(0, 2**32 - 1))
+def test_layernorm(backend, ref, rows, cols, spread, eps, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * spread + rng.standard_normal((rows, 1)) * 3).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    w, b = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    got, want = _ln_both(backend, ref, x, dy, w, b, eps)
+    for a, c in zip(got, want):
+        close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
+    for a, c in zip(want, _ln_float64(x, dy, w, b, eps)):
+        close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
+
+
+@pytest.mark.parametrize("rows, cols", [(512, 64), (3, 4099), (20000, 7)])
+def test_layernorm_large(backend, ref, rows, cols):
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, cols)) * 2 + 5).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    w, b = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    got, want = _ln_both(backend, ref, x, dy, w, b, 1e-5)
+    for a, c in zip(got, want):
+        close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max())))
 
 
 # ---------------------------------------------------------------- LSTM cell

@@ -233,6 +233,30 @@ def test_batchnorm_fold_size_mismatch(backend, ref, bad):
     raises_like_reference(backend, ref, "batchnorm_fold", lambda m: arrays(m, *[4] * 11) + [4, "small", 0.1])
 
 
+@pytest.mark.parametrize("bad", range(6))
+def test_layernorm_size_mismatch(backend, ref, bad):
+    # x (3, 4), weight, bias, out, mean, invstd
+    names = ["x (rows=3, cols=4)", "weight (cols=4)", "bias (cols=4)", "out (rows=3, cols=4)", "mean (rows=3)",
+             "invstd (rows=3)"]
+    sizes = [12, 4, 4, 12, 3, 3]
+    sizes[bad] -= 1
+    msg = raises_like_reference(backend, ref, "layernorm", lambda m: arrays(m, *sizes) + [3, 4, 1e-5])
+    assert f"{names[bad]} has {sizes[bad]} elements" in msg
+    raises_like_reference(backend, ref, "layernorm", lambda m: arrays(m, 12, 4, 4, 12, 3, 3) + [3, 4, "tiny"])
+    raises_like_reference(backend, ref, "layernorm", lambda m: arrays(m, 0, 0, 0, 0, 0, 0) + [0, 0, 1e-5])
+
+
+@pytest.mark.parametrize("bad", range(8))
+def test_layernorm_backward_size_mismatch(backend, ref, bad):
+    # x, dy, mean, invstd, weight, dx, dweight, dbias for (3, 4)
+    names = ["x (rows=3, cols=4)", "dy (rows=3, cols=4)", "mean (rows=3)", "invstd (rows=3)", "weight (cols=4)",
+             "dx (rows=3, cols=4)", "dweight (cols=4)", "dbias (cols=4)"]
+    sizes = [12, 12, 3, 3, 4, 12, 4, 4]
+    sizes[bad] += 1
+    msg = raises_like_reference(backend, ref, "layernorm_backward", lambda m: arrays(m, *sizes) + [3, 4])
+    assert f"{names[bad]} has {sizes[bad]} elements" in msg
+
+
 def test_adam_update_bad_scalar(backend, ref):
     raises_like_reference(backend, ref, "adam_update",
                           lambda m: arrays(m, 4, 4, 4, 4, 4) + ["fast", 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001])

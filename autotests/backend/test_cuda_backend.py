@@ -160,7 +160,7 @@ class _HostKernel:
             elif isinstance(a, np.ndarray):
                 assert a.size == 1, "cupy passes only one-element numpy arrays by value"
                 cell = a
-            elif isinstance(a, (np.float32, np.int64)):
+            elif isinstance(a, (np.float32, np.float64, np.int32, np.int64)):  # float, double, int, long long
                 cell = np.array([a])
             else:
                 raise TypeError(f"{self.name}: argument of type {type(a).__name__} is not passed explicitly typed")
@@ -491,3 +491,92 @@ def test_col2im_matches_reference(be, n, h, w, c, k, s):
     np.testing.assert_array_equal(_get(be, out), expect.array)
     with pytest.raises(ValueError, match="cols"):
         be.col2im(_put(be, cols[:-1]), out, n, h, w, c, k, s)
+
+
+# ---------------------------------------------------------------- layer normalization
+
+# (rows, cols): no rows, one row, one column, cols not a multiple of a warp, and more rows than
+# the capped grid's blocks and more column tiles than its blocks (the grid-stride loops run
+# more than once) with rows longer than a block (the threads' loops along a row too); 130 columns
+# take 160 threads, whose tree halves an odd count.
+LAYERNORM_SHAPES = [(0, 5), (1, 1), (1, 300), (4, 1), (7, 33), (5, 257), (9, 130)]
+
+
+def _layernorm_inputs(rows, cols):
+    local = np.random.default_rng(rows * 1000 + cols)
+    x = (local.standard_normal((rows, cols)) * 2 + 3).astype(np.float32)  # off-centre: a two-pass variance
+    weight = local.standard_normal(cols).astype(np.float32)
+    bias = local.standard_normal(cols).astype(np.float32)
+    return x, weight, bias
+
+
+@pytest.mark.parametrize("rows,cols", LAYERNORM_SHAPES)
+def test_layernorm_matches_reference(be, rows, cols):
+    x, weight, bias = _layernorm_inputs(rows, cols)
+    out, mean, invstd = be.Array(rows * cols), be.Array(rows), be.Array(rows)
+    be.layernorm(_put(be, x), _put(be, weight), _put(be, bias), out, mean, invstd, rows, cols, 1e-5)
+    launch = be.last_launch()
+    rout, rmean, rinvstd = ref.Array(rows * cols), ref.Array(rows), ref.Array(rows)
+    ref.layernorm(_ref(x), _ref(weight), _ref(bias), rout, rmean, rinvstd, rows, cols, 1e-5)
+    np.testing.assert_allclose(_get(be, mean), rmean.array, rtol=1e-6, err_msg="mean")
+    np.testing.assert_allclose(_get(be, invstd), rinvstd.array, rtol=1e-6, err_msg="invstd")
+    np.testing.assert_allclose(_get(be, out), rout.array, rtol=1e-6, atol=1e-6, err_msg="out")
+    if rows:  # a block per row, the row's cols in whole warps, at most THREADS
+        threads = min(cu.THREADS, 32 * -(-cols // 32))
+        assert launch == f"grid=({min(rows, cu.MAX_BLOCKS)},1,1) block=({threads},1,1)"
+    if cols == 1 and rows:  # a row of one: zero variance, out is the bias
+        np.testing.assert_array_equal(_get(be, out), np.tile(bias, rows))
+
+
+@pytest.mark.parametrize("rows,cols", LAYERNORM_SHAPES)
+def test_layernorm_backward_matches_reference(be, rows, cols):
+    x, weight, bias = _layernorm_inputs(rows, cols)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    rout, rmean, rinvstd = ref.Array(rows * cols), ref.Array(rows), ref.Array(rows)
+    ref.layernorm(_ref(x), _ref(weight), _ref(bias), rout, rmean, rinvstd, rows, cols, 1e-5)
+    mean, invstd = rmean.array, rinvstd.array
+    dx, dweight, dbias = be.Array(rows * cols), be.Array(cols), be.Array(cols)
+    be.fill(dweight, np.nan)  # rows == 0 must still write them (zeros)
+    be.fill(dbias, np.nan)
+    be.layernorm_backward(_put(be, x), _put(be, dy), _put(be, mean), _put(be, invstd), _put(be, weight),
+                          dx, dweight, dbias, rows, cols)
+    rdx, rdweight, rdbias = ref.Array(rows * cols), ref.Array(cols), ref.Array(cols)
+    ref.layernorm_backward(_ref(x), _ref(dy), _ref(mean), _ref(invstd), _ref(weight), rdx, rdweight, rdbias,
+                           rows, cols)
+    np.testing.assert_allclose(_get(be, dbias), rdbias.array, rtol=1e-6, atol=1e-6, err_msg="dbias")
+    np.testing.assert_allclose(_get(be, dweight), rdweight.array, rtol=1e-6, atol=1e-6, err_msg="dweight")
+    np.testing.assert_allclose(_get(be, dx), rdx.array, rtol=1e-6, atol=1e-6, err_msg="dx")
+    if rows == 0:
+        np.testing.assert_array_equal(_get(be, dweight), 0.0)
+        np.testing.assert_array_equal(_get(be, dbias), 0.0)
+
+
+def test_layernorm_in_place_and_bad_arguments(be):
+    rows, cols = 5, 40
+    x, weight, bias = _layernorm_inputs(rows, cols)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    rout, rmean, rinvstd = ref.Array(rows * cols), ref.Array(rows), ref.Array(rows)
+    ref.layernorm(_ref(x), _ref(weight), _ref(bias), rout, rmean, rinvstd, rows, cols, 0.1)
+    bx, mean, invstd = _put(be, x), be.Array(rows), be.Array(rows)
+    be.layernorm(bx, _put(be, weight), _put(be, bias), bx, mean, invstd, rows, cols, np.float32(0.1))  # out is x
+    np.testing.assert_allclose(_get(be, bx), rout.array, rtol=1e-6, atol=1e-6)
+    rdx, rdw, rdb = ref.Array(rows * cols), ref.Array(cols), ref.Array(cols)
+    ref.layernorm_backward(_ref(x), _ref(dy), rmean, rinvstd, _ref(weight), rdx, rdw, rdb, rows, cols)
+    bdy, dweight, dbias = _put(be, dy), be.Array(cols), be.Array(cols)
+    be.layernorm_backward(_put(be, x), bdy, mean, invstd, _put(be, weight), bdy, dweight, dbias, rows, cols)  # dx is dy
+    np.testing.assert_allclose(_get(be, bdy), rdx.array, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(_get(be, dweight), rdw.array, rtol=1e-6, atol=1e-6)
+
+    w, b, out = _put(be, weight), _put(be, bias), be.Array(rows * cols)
+    with pytest.raises(ValueError, match=r"layernorm: need rows >= 0 and cols >= 1"):
+        be.layernorm(bx, w, b, out, mean, invstd, rows * cols, 0, 1e-5)
+    with pytest.raises(ValueError, match=r"layernorm: mean \(rows=5\)"):
+        be.layernorm(bx, w, b, out, be.Array(rows + 1), invstd, rows, cols, 1e-5)
+    with pytest.raises(ValueError, match=r"layernorm: bias \(cols=40\)"):
+        be.layernorm(bx, w, _put(be, bias[:-1]), out, mean, invstd, rows, cols, 1e-5)
+    with pytest.raises(ValueError, match="scalar argument must be a real number"):
+        be.layernorm(bx, w, b, out, mean, invstd, rows, cols, "eps")
+    with pytest.raises(ValueError, match=r"layernorm_backward: dx \(rows=5, cols=40\)"):
+        be.layernorm_backward(bx, bdy, mean, invstd, w, be.Array(3), dweight, dbias, rows, cols)
+    with pytest.raises(ValueError, match="CUDA backend Array"):
+        be.layernorm_backward(bx, bdy, mean, invstd, _ref(weight), out, dweight, dbias, rows, cols)

@@ -13,7 +13,7 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
          "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3",
-         "winograd_weight_grad", "adam_update_many", "batchnorm_fold")
+         "winograd_weight_grad", "adam_update_many", "batchnorm_fold", "layernorm", "layernorm_backward")
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +143,42 @@ def test_adam_update_many_of_parameters_on_two_devices():
         assert out.device == dev
         want = nd.adam_update(*(nd.array(a, device=dev) for a in state), 0.1, 0.9, 0.999, 1e-8, 0.01, 0.1, 0.001)
         np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["cpu", "cpu_numpy", "plain"])
+def test_bias_add_in_place_writes_into_its_input(plain, which):
+    device = plain if which == "plain" else getattr(ndl, which)()
+    rng = np.random.default_rng(0)
+    x, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    X = ndl.backend_ndarray.NDArray(x, device=device)
+    out = ndl.backend_ndarray.bias_add(X, ndl.backend_ndarray.NDArray(b, device=device), in_place=True)
+    assert out is X
+    np.testing.assert_allclose(X.numpy(), x + b, rtol=1e-6)
+    with pytest.raises(ValueError, match="in_place needs a compact x"):
+        ndl.backend_ndarray.bias_add(X.permute((1, 0)), ndl.backend_ndarray.NDArray(np.zeros(5, np.float32),
+                                                                               device=device), in_place=True)
+
+
+def test_numpy_mode_bias_add_in_place():
+    from needle_kernels import backend_numpy
+    x, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2, 3], np.float32)
+    out = backend_numpy.bias_add(x, b, in_place=True)
+    assert out is x
+    np.testing.assert_array_equal(x, [[1, 3, 5], [4, 6, 8]])
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_layernorm_runs_the_same_without_its_kernels(plain, create_graph):
+    def step(device):
+        np.random.seed(6)
+        ln = ndl.nn.LayerNorm1d(5, device=device)
+        ln.weight.data = ndl.Tensor(np.random.randn(5).astype(np.float32), device=device)
+        x = ndl.Tensor(np.random.randn(3, 4, 5).astype(np.float32) * 2 + 1, device=device)
+        out = ln(x)
+        (out * ndl.Tensor(np.random.randn(3, 4, 5).astype(np.float32), device=device)).sum().backward(
+            create_graph=create_graph)
+        return [out.numpy(), x.grad.numpy(), ln.weight.grad.numpy(), ln.bias.grad.numpy()]
+
+    assert not hasattr(plain, "layernorm")
+    for got, want in zip(step(plain), step(ndl.cpu_numpy())):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -217,16 +217,46 @@ def test_fused_batchnorm_says_it_is_differentiable_once(device):
         grads[0].sum().backward()
 
 
-def test_layernorm1d(device):
-    ln = nn.LayerNorm1d(4, device=device)
+@pytest.mark.parametrize("fused", [True, False])
+def test_layernorm1d(device, fused):
+    ln = nn.LayerNorm1d(4, device=device, fused=fused)
     x = rand(2, 3, 4) * 2
     np.testing.assert_allclose(ln(T(x, device)).numpy(), np_batchnorm(x, -1, 1, 0), rtol=1e-4, atol=1e-4)
 
     def f(x, w, b):
-        m = nn.LayerNorm1d(4, device=device)
+        m = nn.LayerNorm1d(4, device=device, fused=fused)
         m.weight, m.bias = w, b
         return m(x)
     check_gradients(f, rand(3, 4), rand(4) + 1, rand(4), device=device)
+    check_gradients(f, rand(2, 3, 4) * 3 + 1, rand(4) + 1, rand(4), device=device)
+
+
+@pytest.mark.parametrize("shape", [(5,), (7, 5), (3, 4, 5)])
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_fused_layernorm_is_the_generic_one(device, shape, create_graph):
+    # one kernel each way against the same formulas in generic ops: output and every gradient
+    x, g = rand(*shape) * 3 + 1, rand(*shape)
+    results = []
+    for fused in (True, False):
+        ln = nn.LayerNorm1d(5, device=device, fused=fused)
+        ln.weight.data, ln.bias.data = T([0.5, 1, 2, -1, 3], device), T([1, 0, -2, 0.5, 0], device)
+        xt = ndl.Tensor(x, device=device, requires_grad=True)
+        out = ln(xt)
+        (out * T(g, device)).sum().backward(create_graph=create_graph)
+        results.append([out.numpy(), xt.grad.numpy(), ln.weight.grad.numpy(), ln.bias.grad.numpy()])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_layernorm_is_one_op_and_differentiable_once(device):
+    x = T(rand(6, 4), device)
+    ln = nn.LayerNorm1d(4, device=device)
+    out = ln(x)
+    assert isinstance(out.op, ndl.ops.LayerNormRows) and out.inputs[0] is x
+    assert not isinstance(nn.LayerNorm1d(4, device=device, fused=False)(x).op, ndl.ops.LayerNormRows)
+    out.sum().backward()  # recorded: one LayerNormRowsGrad node, which refuses a second derivative
+    with pytest.raises(NotImplementedError, match="fused=False"):
+        x.grad.sum().backward()
 
 
 def test_dropout(device):

@@ -70,6 +70,8 @@ from .ndarray_fused import (
     batchnorm_stats,
     bias_add,
     col2im,
+    layernorm,
+    layernorm_backward,
     lstm_cell,
     lstm_cell_backward,
     relu_backward,

@@ -227,6 +227,20 @@ def check_batchnorm(name, rows, cols, full, columns):
         check_size(name, arr, cols, f"{what} (cols={cols})")
 
 
+def check_layernorm(name, rows, cols, full, per_row, per_col):
+    """Sizes of a fused layer-norm call on x (rows, cols): every array in ``full`` has rows * cols
+    elements, every one in ``per_row`` one per row, every one in ``per_col`` one per column.
+    Raises ValueError naming the misfit."""
+    if rows < 0 or cols < 1:
+        raise ValueError(f"{name}: need rows >= 0 and cols >= 1, got rows={rows}, cols={cols}")
+    for what, arr in full.items():
+        check_size(name, arr, rows * cols, f"{what} (rows={rows}, cols={cols})")
+    for what, arr in per_row.items():
+        check_size(name, arr, rows, f"{what} (rows={rows})")
+    for what, arr in per_col.items():
+        check_size(name, arr, cols, f"{what} (cols={cols})")
+
+
 def check_bias_add(name, rows, cols, a, bias, out):
     """Sizes of a bias_add call: a and out (rows, cols), bias one per column."""
     if rows < 0 or cols < 1:

@@ -37,6 +37,7 @@ from .backend_checks import (
     check_lists,
     check_optim_lists,
     check_batchnorm,
+    check_layernorm,
     check_bias_add,
     check_lstm,
     check_matmul as _check_matmul,
@@ -102,6 +103,10 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                           Py_ssize_t n, int relu)
     void nk_bn_dx_rows(const float *x, const float *dy, const float *k, const float *gm, const float *mean,
                        const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
+    void nk_ln_row(const float *x, const float *w, const float *b, float *out, Py_ssize_t n, double eps,
+                   float *mean, float *invstd)
+    void nk_ln_grad_row(const float *x, const float *dy, const float *w, float mean, float invstd, float *dx,
+                        Py_ssize_t n, double *dw, double *db)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
     # tile t of th x tw per image (t = (b * th + ti) * tw + tj)
@@ -1931,6 +1936,79 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
             if t * step < cr:
                 nk_bn_dx_rows(X.data + t * step * cc, G.data + t * step * cc, kg, gm, mf, xd,
                               DX.data + t * step * cc, min(step, cr - t * step), cc)
+
+
+# ---------------------------------------------------------------- layer normalization
+# A row per task (see the reference): a row's statistics and its normalisation run while
+# the row is in cache. The backward pass gives each thread a block of rows and float64
+# column accumulators of its own for dweight and dbias, added up after the parallel loop.
+
+def layernorm(x, weight, bias, out, mean, invstd, rows, cols, eps):
+    """Row means, inverse stds and the normalised, scaled and shifted rows of compact x (see the reference)."""
+    cdef Array X = _arr("layernorm", "x", x)
+    cdef Array W = _arr("layernorm", "weight", weight)
+    cdef Array B = _arr("layernorm", "bias", bias)
+    cdef Array O = _arr("layernorm", "out", out)
+    cdef Array M = _arr("layernorm", "mean", mean)
+    cdef Array S = _arr("layernorm", "invstd", invstd)
+    rows, cols = _check_dims("layernorm", (("rows", rows), ("cols", cols)))
+    cdef Py_ssize_t cr = rows, cc = cols, r
+    if not (cr >= 0 and cc >= 1 and X.size == cr * cc and O.size == cr * cc and M.size == cr and S.size == cr
+            and W.size == cc and B.size == cc):
+        check_layernorm("layernorm", rows, cols, dict(x=X, out=O), dict(mean=M, invstd=S), dict(weight=W, bias=B))
+    cdef double e = <double>eps if type(eps) is float else check_scalar("layernorm", eps)
+    cdef int nt = _threads_for(cr * cc * 3)
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for r in range(cr):
+                nk_ln_row(X.data + r * cc, W.data, B.data, O.data + r * cc, cc, e, M.data + r, S.data + r)
+        else:
+            for r in prange(cr, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                nk_ln_row(X.data + r * cc, W.data, B.data, O.data + r * cc, cc, e, M.data + r, S.data + r)
+
+
+def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols):
+    """dx, dweight and dbias of the layer norm in one pass over the rows (see the reference)."""
+    cdef Array X = _arr("layernorm_backward", "x", x)
+    cdef Array G = _arr("layernorm_backward", "dy", dy)
+    cdef Array M = _arr("layernorm_backward", "mean", mean)
+    cdef Array S = _arr("layernorm_backward", "invstd", invstd)
+    cdef Array W = _arr("layernorm_backward", "weight", weight)
+    cdef Array DX = _arr("layernorm_backward", "dx", dx)
+    cdef Array DW = _arr("layernorm_backward", "dweight", dweight)
+    cdef Array DB = _arr("layernorm_backward", "dbias", dbias)
+    rows, cols = _check_dims("layernorm_backward", (("rows", rows), ("cols", cols)))
+    cdef Py_ssize_t cr = rows, cc = cols, c, r, step, t
+    if not (cr >= 0 and cc >= 1 and X.size == cr * cc and G.size == cr * cc and DX.size == cr * cc
+            and M.size == cr and S.size == cr and W.size == cc and DW.size == cc and DB.size == cc):
+        check_layernorm("layernorm_backward", rows, cols, dict(x=X, dy=G, dx=DX), dict(mean=M, invstd=S),
+                        dict(weight=W, dweight=DW, dbias=DB))
+    cdef int nt = _threads_for(cr * cc * 3)
+    if nt > cr:
+        nt = <int>cr if cr > 0 else 1
+    cdef _ColumnScratch sc = _ColumnScratch(nt, 2 * cc, 2)
+    cdef double *sums = sc.vec  # (dw, db) side by side
+    step = _chunk(cr, nt)
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for r in range(cr):
+                nk_ln_grad_row(X.data + r * cc, G.data + r * cc, W.data, M.data[r], S.data[r], DX.data + r * cc, cc,
+                               sc.acc, sc.acc + cc)
+        else:
+            for t in prange(nt, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                for r in range(t * step, min((t + 1) * step, cr)):
+                    nk_ln_grad_row(X.data + r * cc, G.data + r * cc, W.data, M.data[r], S.data[r], DX.data + r * cc,
+                                   cc, sc.acc + t * 2 * cc, sc.acc + t * 2 * cc + cc)
+        sc.total(sums)
+        for c in range(cc):
+            DW.data[c] = <float>sums[c]
+            DB.data[c] = <float>sums[cc + c]
 
 
 # ---------------------------------------------------------------- LSTM cell

@@ -189,6 +189,48 @@ NK_CLONES static void nk_bn_dx_rows(const float *restrict x, const float *restri
             dx[r * n + c] = k[c] * ((dy[r * n + c] - gm[c]) - (x[r * n + c] - mean[c]) * xd[c]);
 }
 
+/* One row of a layer norm over n features: the row's mean and inverse std in float64 (four
+ * partial sums, which the compiler can keep in vector lanes), then out = (x - mean) * invstd * w + b
+ * in float32. */
+NK_CLONES static void nk_ln_row(const float *restrict x, const float *restrict w, const float *restrict b,
+                                float *restrict out, ptrdiff_t n, double eps, float *mean, float *invstd)
+{
+    double p[4] = {0.0, 0.0, 0.0, 0.0}, q[4] = {0.0, 0.0, 0.0, 0.0};
+    ptrdiff_t i, n4 = n - n % 4;
+    for (i = 0; i < n4; i += 4)
+        for (int j = 0; j < 4; j++) p[j] += x[i + j];
+    for (; i < n; i++) p[0] += x[i];
+    double m = (p[0] + p[1] + p[2] + p[3]) / (double)n;
+    for (i = 0; i < n4; i += 4)
+        for (int j = 0; j < 4; j++) { double d = x[i + j] - m; q[j] += d * d; }
+    for (; i < n; i++) { double d = x[i] - m; q[0] += d * d; }
+    double s = 1.0 / sqrt((q[0] + q[1] + q[2] + q[3]) / (double)n + eps);
+    *mean = (float)m;
+    *invstd = (float)s;
+    float mf = (float)m, sf = (float)s;
+    for (i = 0; i < n; i++) out[i] = (x[i] - mf) * sf * w[i] + b[i];
+}
+
+/* The layer norm's gradient for one row: db[c] += dy and dw[c] += dy * xhat (float64 column
+ * accumulators of this thread), and dx = invstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with
+ * gw = dy * w, the two row means in float64. */
+NK_CLONES static void nk_ln_grad_row(const float *restrict x, const float *restrict dy, const float *restrict w,
+                                     float mean, float invstd, float *restrict dx, ptrdiff_t n,
+                                     double *restrict dw, double *restrict db)
+{
+    double a = 0.0, c = 0.0;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float xh = (x[i] - mean) * invstd, gw = dy[i] * w[i];
+        a += gw;
+        c += (double)gw * xh;
+        db[i] += dy[i];
+        dw[i] += (double)dy[i] * xh;
+    }
+    float am = (float)(a / (double)n), cm = (float)(c / (double)n);
+    for (ptrdiff_t i = 0; i < n; i++)
+        dx[i] = invstd * ((dy[i] * w[i] - am) - (x[i] - mean) * invstd * cm);
+}
+
 NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t b, ptrdiff_t y, ptrdiff_t w,
                                     ptrdiff_t c, ptrdiff_t k, ptrdiff_t s, ptrdiff_t ho, ptrdiff_t wo)
 {

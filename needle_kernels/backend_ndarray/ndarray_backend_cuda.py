@@ -36,6 +36,7 @@ from .backend_checks import (
     check_winograd_conv,
     check_winograd_weight_grad,
     check_labels,
+    check_layernorm,
     check_lstm,
     check_softmax_xent,
     check_reduce as _check_reduce,
@@ -227,7 +228,8 @@ KERNELS = {
                   "softmax_xent", "softmax_xent_grad"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
     "conv.cu": ("col2im", "winograd_input", "winograd_output", "winograd_grad_tiles", "winograd_weight_output"),
-    "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_grad_sums", "batchnorm_grad_input"),
+    "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_grad_sums",
+                     "batchnorm_grad_input", "layernorm", "layernorm_grad_sums", "layernorm_grad_input"),
     "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
 }
 _SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
@@ -789,6 +791,46 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     _launch(_kernel("batchnorm_grad_input"), *grid_1d(rows * cols),
             (x.array, dy.array, mean.array, invstd.array, weight.array, dweight.array, dbias.array, dx.array,
              _i64(rows), _i64(cols), np.int32(1 if batch_stats else 0)))
+
+
+# ---------------------------------------------------------------- layer normalization
+
+def _ln_rows_launch(kernel, rows, cols, args):
+    """A block per row (grid-stride over rows), cols rounded up to whole warps threads, at most THREADS."""
+    if rows == 0:
+        return
+    threads = min(THREADS, 32 * -(-cols // 32))
+    _launch(_kernel(kernel), (min(rows, MAX_BLOCKS), 1, 1), (threads, 1, 1), args)
+
+
+def layernorm(x, weight, bias, out, mean, invstd, rows, cols, eps):
+    """Row mean, inverse std and the normalised, scaled and shifted rows of compact x (rows, cols)
+    (see the reference); a block per row."""
+    _require("layernorm")
+    _check_arrays("layernorm", x=x, weight=weight, bias=bias, out=out, mean=mean, invstd=invstd)
+    rows, cols = int(rows), int(cols)
+    check_layernorm("layernorm", rows, cols, dict(x=x, out=out), dict(mean=mean, invstd=invstd),
+                    dict(weight=weight, bias=bias))
+    eps = check_scalar("layernorm", eps)
+    _ln_rows_launch("layernorm", rows, cols,
+                    (x.array, weight.array, bias.array, out.array, mean.array, invstd.array, _i64(rows),
+                     _i64(cols), np.float64(eps)))
+
+
+def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols):
+    """dweight, dbias (column sums, a block per 32 columns; zeros when rows is 0) and dx (a block per
+    row) of the layer norm (see the reference)."""
+    _require("layernorm_backward")
+    _check_arrays("layernorm_backward", x=x, dy=dy, mean=mean, invstd=invstd, weight=weight, dx=dx,
+                  dweight=dweight, dbias=dbias)
+    rows, cols = int(rows), int(cols)
+    check_layernorm("layernorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx), dict(mean=mean, invstd=invstd),
+                    dict(weight=weight, dweight=dweight, dbias=dbias))
+    grid = (min(_bn_columns_grid(cols)[0], MAX_BLOCKS), 1, 1)
+    _launch(_kernel("layernorm_grad_sums"), grid, _BN_BLOCK,
+            (x.array, dy.array, mean.array, invstd.array, dweight.array, dbias.array, _i64(rows), _i64(cols)))
+    _ln_rows_launch("layernorm_grad_input", rows, cols,
+                    (x.array, dy.array, mean.array, invstd.array, weight.array, dx.array, _i64(rows), _i64(cols)))
 
 
 # ---------------------------------------------------------------- LSTM cell

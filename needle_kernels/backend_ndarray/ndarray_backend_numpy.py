@@ -26,6 +26,7 @@ from .backend_checks import (
     check_bias_add,
     check_col2im,
     check_labels,
+    check_layernorm,
     check_lstm,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
@@ -535,6 +536,53 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     k = weight.array.astype(np.float64) * s
     D = k * (G - db / rows - xhat * (dw / rows)) if batch_stats else k * G
     dx.array.reshape(rows, cols)[...] = D
+
+
+# ---------------------------------------------------------------- layer normalization
+# Extensions used by nn.LayerNorm1d: x is compact (rows, cols) and each row is normalised
+# over its cols features; weight and bias have one value per column. Row statistics and
+# column sums accumulate in float64, as batch norm's do.
+
+def layernorm(x, weight, bias, out, mean, invstd, rows, cols, eps):
+    """Per row r, with the row's mean and biased variance:
+
+        mean[r]   = sum_c x[r, c] / cols
+        invstd[r] = 1 / sqrt(sum_c (x[r, c] - mean[r])**2 / cols + eps)
+        out[r, c] = (x[r, c] - mean[r]) * invstd[r] * weight[c] + bias[c]
+
+    mean and invstd are kept for layernorm_backward."""
+    check_layernorm("layernorm", rows, cols, dict(x=x, out=out), dict(mean=mean, invstd=invstd),
+                    dict(weight=weight, bias=bias))
+    eps = check_scalar("layernorm", eps)
+    X = x.array.reshape(rows, cols).astype(np.float64)
+    m = X.sum(axis=1) / cols
+    s = 1.0 / np.sqrt(((X - m[:, None]) ** 2).sum(axis=1) / cols + eps)
+    mean.array[:] = m
+    invstd.array[:] = s
+    xhat = (X - m[:, None]) * s[:, None]
+    out.array.reshape(rows, cols)[...] = xhat * weight.array.astype(np.float64) + bias.array
+
+
+def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols):
+    """Gradients of layernorm's out given dy, with xhat = (x - mean[r]) * invstd[r] and
+    gw = dy * weight:
+
+        dbias[c]   = sum_r dy[r, c]
+        dweight[c] = sum_r dy[r, c] * xhat[r, c]
+        dx[r, c]   = invstd[r] * (gw[r, c] - sum_c' gw[r, c'] / cols - xhat[r, c] * sum_c' gw * xhat / cols)
+
+    in float64, rounded once."""
+    check_layernorm("layernorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx), dict(mean=mean, invstd=invstd),
+                    dict(weight=weight, dweight=dweight, dbias=dbias))
+    X = x.array.reshape(rows, cols).astype(np.float64)
+    G = dy.array.reshape(rows, cols).astype(np.float64)
+    s = invstd.array.astype(np.float64)[:, None]
+    xhat = (X - mean.array.astype(np.float64)[:, None]) * s
+    dbias.array[:] = G.sum(axis=0)
+    dweight.array[:] = (G * xhat).sum(axis=0)
+    gw = G * weight.array.astype(np.float64)
+    dx.array.reshape(rows, cols)[...] = s * (gw - gw.mean(axis=1, keepdims=True)
+                                             - xhat * (gw * xhat).mean(axis=1, keepdims=True))
 
 
 # ---------------------------------------------------------------- LSTM cell

@@ -280,6 +280,53 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
     return dx, dw, db
 
 
+def _layernorm_rows(name, x, **columns):
+    if not isinstance(x, NDArray) or x.ndim != 2 or x.shape[1] == 0:
+        raise ValueError(f"{name}: x must be an NDArray (rows, features) with features >= 1, got shape "
+                         f"{getattr(x, 'shape', None)}")
+    _same_layout(name, NDArray._new((x.shape[1],), x._device), **columns)
+    return x.compact()
+
+
+def layernorm(x, weight, bias, eps):
+    """``(out, mean, invstd)`` of the layer norm of each row of x (rows, features): the row's
+    mean and inverse std, and out = (x - mean) * invstd * weight + bias, in one kernel."""
+    x = _layernorm_rows("layernorm", x, weight=weight, bias=bias)
+    rows, cols = x.shape
+    dev = x._device
+    if not _has_kernel(dev, "layernorm"):  # the same formulas in generic operations
+        mean = x.sum(axis=1) / cols
+        centered = x - _rows(mean, x.shape)
+        invstd = ((centered * centered).sum(axis=1) / cols + eps) ** -0.5
+        out = centered * _rows(invstd, x.shape) * _columns_of(weight, x.shape) + _columns_of(bias, x.shape)
+        return out, mean, invstd
+    out, mean, invstd = NDArray._new((rows, cols), dev), NDArray._new((rows,), dev), NDArray._new((rows,), dev)
+    dev.layernorm(x._handle, weight.compact()._handle, bias.compact()._handle, out._handle, mean._handle,
+                  invstd._handle, rows, cols, eps)
+    return out, mean, invstd
+
+
+def layernorm_backward(x, dy, mean, invstd, weight):
+    """``(dx, dweight, dbias)`` of layernorm's out for the adjoint dy (rows, features), with the
+    mean and invstd (rows,) the forward kept, in one kernel."""
+    x = _layernorm_rows("layernorm_backward", x, weight=weight)
+    _same_layout("layernorm_backward", x, dy=dy)
+    _same_layout("layernorm_backward", NDArray._new((x.shape[0],), x._device), mean=mean, invstd=invstd)
+    rows, cols = x.shape
+    dev = x._device
+    if not _has_kernel(dev, "layernorm_backward"):
+        s = _rows(invstd, x.shape)
+        xhat = (x - _rows(mean, x.shape)) * s
+        gw = dy * _columns_of(weight, x.shape)
+        a, c = gw.sum(axis=1) / cols, (gw * xhat).sum(axis=1) / cols
+        dx = s * (gw - _rows(a, x.shape) - xhat * _rows(c, x.shape))
+        return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
+    dx, dw, db = NDArray._new((rows, cols), dev), NDArray._new((cols,), dev), NDArray._new((cols,), dev)
+    dev.layernorm_backward(x._handle, dy.compact()._handle, mean.compact()._handle, invstd.compact()._handle,
+                           weight.compact()._handle, dx._handle, dw._handle, db._handle, rows, cols)
+    return dx, dw, db
+
+
 def _lstm_args(name, z, c0, *states):
     if not isinstance(z, NDArray) or z.ndim != 2 or z.shape[1] % 4 or z.shape[1] == 0:
         raise ValueError(f"{name}: gates must be an NDArray (rows, 4 * hidden), got shape {getattr(z, 'shape', None)}")
@@ -356,16 +403,25 @@ def sigmoid_backward(g, y):
     return _activation_adjoint("sigmoid_backward", g, y, lambda: g * y * (1.0 - y))
 
 
-def bias_add(x, bias):
-    """x (rows, cols) + bias (cols elements, any shape) on every row, in one kernel."""
+def bias_add(x, bias, in_place=False):
+    """x (rows, cols) + bias (cols elements, any shape) on every row, in one kernel.
+
+    ``in_place``: written into x's own buffer (x compact) and x returned, for a caller that
+    owns x, such as a product it has just made: a third 20 MB stream costs more than the add."""
     if not isinstance(x, NDArray) or x.ndim != 2:
         raise ValueError(f"bias_add: x must be an NDArray (rows, cols), got shape {getattr(x, 'shape', None)}")
     rows, cols = x.shape
     if not isinstance(bias, NDArray) or bias.size != cols or bias._device != x._device:
         raise ValueError(f"bias_add: bias must be an NDArray of {cols} elements on {x._device}, got shape "
                          f"{getattr(bias, 'shape', None)} on {getattr(bias, 'device', None)}")
+    if in_place and not x.is_compact():
+        raise ValueError(f"bias_add: in_place needs a compact x, got strides {x.strides} at offset {x._offset}")
     if not _has_kernel(x._device, "bias_add"):
-        return x + bias.reshape((1, cols)).broadcast_to((rows, cols))
-    out = NDArray._new((rows, cols), x._device)
+        row = bias.reshape((1, cols)).broadcast_to((rows, cols))
+        if in_place:
+            x += row
+            return x
+        return x + row
+    out = x if in_place else NDArray._new((rows, cols), x._device)
     x._device.bias_add(x.compact()._handle, bias.compact()._handle, out._handle, rows, cols)
     return out

@@ -258,18 +258,27 @@ class BatchNorm2d(BatchNorm1d):
 
 
 class LayerNorm1d(Module):
-    """y = w * (x - mean) / sqrt(var + eps) + b over the last axis (dim); any leading axes."""
+    """y = w * (x - mean) / sqrt(var + eps) + b over the last axis (dim); any leading axes.
 
-    def __init__(self, dim, eps=1e-5, device=None, dtype="float32"):
+    ``fused=True`` (the default) is one op each way (``ops.layer_norm`` on the rows of x);
+    ``fused=False`` the same formulas in generic ops, the readable version, differentiable
+    more than once. A traced model (compile, ONNX export) always gets the generic ops."""
+
+    def __init__(self, dim, eps=1e-5, device=None, dtype="float32", fused=True):
         super().__init__()
         self.dim = dim
         self.eps = eps
+        self.fused = fused
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
         _check_last_dim(self, x, self.dim)
         shape = x.shape
+        if self.fused and not autograd.TRACING:
+            rows = x if len(shape) == 2 else x.reshape((math.prod(shape[:-1]), self.dim))
+            out = ops.layer_norm(rows, self.weight, self.bias, self.eps)
+            return out if len(shape) == 2 else out.reshape(shape)
         kept = shape[:-1] + (1,)
         axis = len(shape) - 1
         mean = (x.sum((axis,)) / self.dim).reshape(kept).broadcast_to(shape)

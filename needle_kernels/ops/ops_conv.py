@@ -371,7 +371,7 @@ class ConvNCHW(TensorOp):
             if bias.shape != (out.shape[3],):
                 raise ValueError(f"conv_nchw: bias of shape {tuple(bias.shape)} for {out.shape[3]} output channels")
             rows = array_api.reshape(out, (-1, out.shape[3]))
-            out = array_api.reshape(array_api.bias_add(rows, bias), out.shape)
+            out = array_api.reshape(array_api.bias_add(rows, bias, in_place=True), out.shape)  # conv's own output
         return SavedForBackward(array_api.transpose(out, (0, 3, 1, 2)), result.saved)
 
     def gradient(self, out_grad, node):

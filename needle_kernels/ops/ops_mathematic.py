@@ -557,7 +557,7 @@ class MatMulBias(TensorOp):
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0] or b.size != w.shape[1]:
             raise ValueError(f"matmul_bias: shapes {tuple(x.shape)}, {tuple(w.shape)} and bias {tuple(b.shape)} "
                              "are not (n, in), (in, out) and out elements")
-        return array_api.bias_add(x @ w, b)
+        return array_api.bias_add(x @ w, b, in_place=True)  # the product is this op's own array
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs

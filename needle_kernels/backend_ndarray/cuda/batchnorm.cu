@@ -114,3 +114,121 @@ extern "C" __global__ void batchnorm_grad_input(const float* x, const float* dy,
         }
     }
 }
+
+// ---------------------------------------------------------------- layer normalization
+// nn.LayerNorm1d over the columns of each row of a compact x (rows, cols)
+// (ndarray_backend_numpy.layernorm / layernorm_backward): mean and invstd are
+// one per row, weight and bias one per column.
+//
+// layernorm, layernorm_grad_input: a row's statistics need the whole row, so
+// one block owns a row (grid-stride over rows) and its threads stride along
+// it, every load of a warp one contiguous line; the row sums are combined by
+// a shared-memory tree in double, as the reference's float64 sums are. The
+// row is read again from cache for its normalisation (or its dx) in the same
+// block, with no second launch and no global scratch. Launched with
+// min(NK_THREADS, cols rounded up to whole warps) threads; the tree takes any
+// block size.
+// layernorm_grad_sums: dweight and dbias are sums down the columns, the
+// batch norm's column sums with a mean and invstd per row instead of per
+// column: 32 neighbouring columns per block (BN_LANES), BN_ROWS rows of
+// threads striding down the rows, grid-stride over the column tiles.
+#if !defined(NK_THREADS)
+#error "compile with the -D flags of ndarray_backend_cuda.compile_defines()"
+#endif
+#define LN_THREADS NK_THREADS  // the most threads a row block is launched with
+static_assert(NK_THREADS % 32 == 0 && NK_THREADS <= 1024, "a row block is whole warps, at most 1024 threads");
+
+// Sums a and b over the threads of the block (blockDim.x of them, any number);
+// every thread gets the totals. Every thread of the block must call it.
+__device__ __forceinline__ void row_tree(double& a, double& b, double (*shared)[LN_THREADS]) {
+    const unsigned t = threadIdx.x;
+    shared[0][t] = a;
+    shared[1][t] = b;
+    __syncthreads();
+    for (unsigned n = blockDim.x; n > 1;) {
+        const unsigned half = (n + 1) / 2;
+        if (t < n - half) {
+            shared[0][t] += shared[0][t + half];
+            shared[1][t] += shared[1][t + half];
+        }
+        __syncthreads();
+        n = half;
+    }
+    a = shared[0][0];
+    b = shared[1][0];
+    __syncthreads();  // shared is reused by the caller's next tree
+}
+
+extern "C" __global__ void __launch_bounds__(LN_THREADS)
+layernorm(const float* x, const float* weight, const float* bias, float* out, float* mean, float* invstd,
+          index_t rows, index_t cols, double eps) {
+    __shared__ double shared[2][LN_THREADS];
+    for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + r * cols;
+        double s = 0.0, unused = 0.0;
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
+        row_tree(s, unused, shared);
+        const double m = s / cols;
+        double q = 0.0;
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            const double d = xr[c] - m;
+            q += d * d;
+        }
+        row_tree(q, unused, shared);
+        const double inv = 1.0 / sqrt(q / cols + eps);
+        if (threadIdx.x == 0) {
+            mean[r] = (float)m;
+            invstd[r] = (float)inv;
+        }
+        float* orow = out + r * cols;  // out may be x: each element is read, then written, by one thread
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
+            orow[c] = (float)((xr[c] - m) * inv * weight[c] + bias[c]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(BN_LANES * BN_ROWS)
+layernorm_grad_sums(const float* x, const float* dy, const float* mean, const float* invstd, float* dweight,
+                    float* dbias, index_t rows, index_t cols) {
+    __shared__ double shared[BN_ROWS][BN_LANES];
+    const index_t tiles = (cols + BN_LANES - 1) / BN_LANES;
+    for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // the same trips for the whole block
+        const index_t c = tile * BN_LANES + threadIdx.x;
+        double db = 0.0, dw = 0.0;
+        if (c < cols)
+            for (index_t r = threadIdx.y; r < rows; r += BN_ROWS) {
+                const double g = dy[r * cols + c];
+                db += g;
+                dw += g * ((x[r * cols + c] - (double)mean[r]) * invstd[r]);
+            }
+        db = column_tree(db, shared);
+        dw = column_tree(dw, shared);
+        if (c < cols && threadIdx.y == 0) {  // rows == 0 writes zeros
+            dbias[c] = (float)db;
+            dweight[c] = (float)dw;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(LN_THREADS)
+layernorm_grad_input(const float* x, const float* dy, const float* mean, const float* invstd, const float* weight,
+                     float* dx, index_t rows, index_t cols) {
+    __shared__ double shared[2][LN_THREADS];
+    for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + r * cols;
+        const float* gr = dy + r * cols;
+        const double m = mean[r], s = invstd[r];
+        double sg = 0.0, sgx = 0.0;  // sum of gw = dy * weight, of gw * xhat
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            const double gw = (double)gr[c] * weight[c];
+            sg += gw;
+            sgx += gw * ((xr[c] - m) * s);
+        }
+        row_tree(sg, sgx, shared);
+        const double mg = sg / cols, mgx = sgx / cols;
+        float* dxr = dx + r * cols;  // dx may be x or dy, as out may be x above
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            const double gw = (double)gr[c] * weight[c];
+            dxr[c] = (float)(s * (gw - mg - ((xr[c] - m) * s) * mgx));
+        }
+    }
+}
