@@ -81,6 +81,8 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
     void nk_fill(float *out, float v, Py_ssize_t n)
     float nk_sum(const float *a, Py_ssize_t n)
     float nk_max(const float *a, Py_ssize_t n)
+    float nk_exp_sum(const float *a, float shift, Py_ssize_t n)
+    void nk_exp_scale(const float *a, float shift, float scale, float *out, Py_ssize_t n)
     void nk_lstm_row(const float *z, const float *c0, float *h, float *c, Py_ssize_t H)
     void nk_lstm_row_backward(const float *z, const float *c0, const float *dh, const float *dc, float *dz,
                               float *dc0, Py_ssize_t H)
@@ -1649,22 +1651,18 @@ cdef int _labels_as_indices(str name, Array L, Py_ssize_t rows, Py_ssize_t cols)
     return 0
 
 
-cdef inline void _xent_row(const float *z, float *tmp, Py_ssize_t cols, Py_ssize_t y, float *lse,
-                           float *loss) noexcept nogil:
-    # the reference's order: max, z - max, exp, sum, then max + log(sum)
+cdef inline void _xent_row(const float *z, Py_ssize_t cols, Py_ssize_t y, float *lse, float *loss) noexcept nogil:
+    # the reference's formula: max, then max + log(sum of exp(z - max)); the exps are summed
+    # as they are made, in one pass, never stored
     cdef float m = nk_max(z, cols), l
-    nk_scalar(NK_ADD, z, -m, tmp, cols)
-    nk_unary(NK_EXP, tmp, tmp, cols)
-    l = m + logf(nk_sum(tmp, cols))
+    l = m + logf(nk_exp_sum(z, m, cols))
     lse[0] = l
     loss[0] = l - z[y]
 
 
 cdef inline void _xent_grad_row(const float *z, float *out, Py_ssize_t cols, Py_ssize_t y, float lse,
                                 float g) noexcept nogil:
-    nk_scalar(NK_ADD, z, -lse, out, cols)
-    nk_unary(NK_EXP, out, out, cols)
-    nk_scalar(NK_MUL, out, g, out, cols)
+    nk_exp_scale(z, lse, g, out, cols)  # exp(z - lse) * g in one pass
     out[y] -= g
 
 
@@ -1683,20 +1681,16 @@ def softmax_xent(z, labels, lse, loss, rows, cols):
     cdef int nt = _threads_for(cr * cc * 4)
     if nt > cr:
         nt = <int>cr if cr > 0 else 1
-    cdef float *tmp = <float *>malloc(nt * cc * sizeof(float) + 1)
-    if tmp == NULL:
-        raise MemoryError("softmax_xent: cannot allocate a row buffer")
     nk_reset_threads()
     with nogil:
         if nt == 1:
             nk_note_thread(0)
             for i in range(cr):
-                _xent_row(Z.data + i * cc, tmp, cc, <Py_ssize_t>L.data[i], S.data + i, O.data + i)
+                _xent_row(Z.data + i * cc, cc, <Py_ssize_t>L.data[i], S.data + i, O.data + i)
         else:
             for i in prange(cr, num_threads=nt, schedule="static"):
                 nk_note_thread(threadid())
-                _xent_row(Z.data + i * cc, tmp + threadid() * cc, cc, <Py_ssize_t>L.data[i], S.data + i, O.data + i)
-    free(tmp)
+                _xent_row(Z.data + i * cc, cc, <Py_ssize_t>L.data[i], S.data + i, O.data + i)
 
 
 def softmax_xent_grad(z, labels, lse, g, out, rows, cols):

@@ -506,6 +506,10 @@ static nk_unary_fn nk_unary_impl = nk_unary_generic;
 static nk_max_fn nk_max_impl = nk_max_generic;
 static nk_lstm_row_fn nk_lstm_row_impl = nk_lstm_row_generic;
 static nk_lstm_row_backward_fn nk_lstm_row_backward_impl = nk_lstm_row_backward_generic;
+typedef float (*nk_exp_sum_fn)(const float *a, float shift, ptrdiff_t n);
+typedef void (*nk_exp_scale_fn)(const float *a, float shift, float scale, float *out, ptrdiff_t n);
+static nk_exp_sum_fn nk_exp_sum_impl = nk_exp_sum_generic;
+static nk_exp_scale_fn nk_exp_scale_impl = nk_exp_scale_generic;
 
 /* Point exp/log/tanh/max at the copy for instruction set "avx512", "avx2" or
  * "generic"; returns 0 when this build or CPU lacks it. */
@@ -516,6 +520,8 @@ static int nk_vmath_select(const char *isa)
         nk_max_impl = nk_max_generic;
         nk_lstm_row_impl = nk_lstm_row_generic;
         nk_lstm_row_backward_impl = nk_lstm_row_backward_generic;
+        nk_exp_sum_impl = nk_exp_sum_generic;
+        nk_exp_scale_impl = nk_exp_scale_generic;
         return 1;
     }
 #ifdef NK_VMATH_X86
@@ -525,6 +531,8 @@ static int nk_vmath_select(const char *isa)
         nk_max_impl = nk_max_avx2;
         nk_lstm_row_impl = nk_lstm_row_avx2;
         nk_lstm_row_backward_impl = nk_lstm_row_backward_avx2;
+        nk_exp_sum_impl = nk_exp_sum_avx2;
+        nk_exp_scale_impl = nk_exp_scale_avx2;
         return 1;
     }
     if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512f")) {
@@ -532,6 +540,8 @@ static int nk_vmath_select(const char *isa)
         nk_max_impl = nk_max_avx512;
         nk_lstm_row_impl = nk_lstm_row_avx512;
         nk_lstm_row_backward_impl = nk_lstm_row_backward_avx512;
+        nk_exp_sum_impl = nk_exp_sum_avx512;
+        nk_exp_scale_impl = nk_exp_scale_avx512;
         return 1;
     }
 #endif
@@ -548,6 +558,12 @@ static inline void nk_lstm_row_backward(const float *z, const float *c0, const f
                                         float *dz, float *dc0, ptrdiff_t H)
 {
     nk_lstm_row_backward_impl(z, c0, dh, dc, dz, dc0, H);
+}
+
+static inline float nk_exp_sum(const float *a, float shift, ptrdiff_t n) { return nk_exp_sum_impl(a, shift, n); }
+static inline void nk_exp_scale(const float *a, float shift, float scale, float *out, ptrdiff_t n)
+{
+    nk_exp_scale_impl(a, shift, scale, out, n);
 }
 
 /* ------------------------------------------------------------ diagnostics */

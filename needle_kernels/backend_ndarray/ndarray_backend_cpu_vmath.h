@@ -203,6 +203,43 @@ NK_VATTR static void FN(nk_lstm_row_backward)(const float *z, const float *c0, c
     }
 }
 
+/* sum_i exp(a[i] - shift): a softmax's denominator in one pass over the row, without
+ * writing the exps anywhere (two vector accumulators; padded lanes read -inf, exp 0). */
+NK_VATTR static float FN(nk_exp_sum)(const float *a, float shift, ptrdiff_t n)
+{
+    VF acc0 = SPLAT(0.0f), acc1 = acc0, x0, x1;
+    ptrdiff_t i = 0;
+    for (; i + 2 * NK_VW <= n; i += 2 * NK_VW) {
+        memcpy(&x0, a + i, sizeof(VF));
+        memcpy(&x1, a + i + NK_VW, sizeof(VF));
+        acc0 += FN(nk_vexp)(x0 - shift);
+        acc1 += FN(nk_vexp)(x1 - shift);
+    }
+    for (; i < n; i += NK_VW) {
+        ptrdiff_t w = n - i < NK_VW ? n - i : NK_VW;
+        x0 = SPLAT(-INFINITY);
+        memcpy(&x0, a + i, (size_t)w * sizeof(float));
+        acc0 += FN(nk_vexp)(x0 - shift);
+    }
+    acc0 += acc1;
+    float s = 0.0f;
+    for (int l = 0; l < NK_VW; l++) s += acc0[l];
+    return s;
+}
+
+/* out[i] = exp(a[i] - shift) * scale in one pass (a softmax row times its weight). */
+NK_VATTR static void FN(nk_exp_scale)(const float *a, float shift, float scale, float *out, ptrdiff_t n)
+{
+    VF x;
+    for (ptrdiff_t i = 0; i < n; i += NK_VW) {
+        ptrdiff_t w = n - i < NK_VW ? n - i : NK_VW;
+        x = SPLAT(0.0f);
+        memcpy(&x, a + i, (size_t)w * sizeof(float));
+        x = FN(nk_vexp)(x - shift) * scale;
+        memcpy(out + i, &x, (size_t)w * sizeof(float));
+    }
+}
+
 /* max of a[0:n], n >= 1, with four vector accumulators (NaN wins, as in numpy). */
 NK_VATTR static float FN(nk_max)(const float *a, ptrdiff_t n)
 {
