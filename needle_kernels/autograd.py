@@ -57,7 +57,7 @@ class Op:
 
     def gradient_as_tuple(self, out_grad, node):
         output = self.gradient(out_grad, node)
-        if isinstance(output, tuple):
+        if type(output) is tuple or isinstance(output, tuple):  # the exact type first: every node asks
             return output
         if isinstance(output, list):
             return tuple(output)
@@ -290,7 +290,9 @@ class Tensor(Value):
 
     @property
     def shape(self):
-        return tuple(self.realize_cached_data().shape)
+        data = self.cached_data
+        shape = (data if data is not None else self.realize_cached_data()).shape
+        return shape if type(shape) is tuple else tuple(shape)  # NDArray and numpy shapes already are
 
     @property
     def dtype(self):
@@ -414,20 +416,22 @@ def compute_gradient_of_variables(output_tensor, out_grad):
     tuple_slot_grads = {}  # TensorTuple -> {index: [adjoints]}
     # pop, not get: a node's partial adjoints are needed only until its own adjoint is summed
     for node in reversed(find_topo_sort([output_tensor])):
-        if isinstance(node, TensorTuple):
+        if type(node) is not Tensor and isinstance(node, TensorTuple):  # (the exact type first: it is cheaper)
             grad = _tuple_adjoint(node, node_to_output_grads.pop(node, None), tuple_slot_grads.pop(node, None))
         else:
             grads = node_to_output_grads.pop(node, None)
-            grad = None if not grads else sum_node_list(grads)
+            if not grads:
+                continue
+            grad = grads[0] if len(grads) == 1 else sum_node_list(grads)
         if grad is None:
             continue
         if node.op is None:
             node.grad = grad
             continue
         for inp, partial in zip(node.inputs, node.op.gradient_as_tuple(grad, node)):
-            if not inp.requires_grad or partial is None:
+            if partial is None or not inp.requires_grad:
                 continue
-            if isinstance(inp, TensorTuple):
+            if type(inp) is not Tensor and isinstance(inp, TensorTuple):
                 slots = tuple_slot_grads.setdefault(inp, {})
                 if isinstance(partial, TupleAdjoint):
                     pairs = partial.items.items()

@@ -21,7 +21,8 @@ from .ops_tuple import make_tuple
 
 def _unbroadcast(grad, shape):
     """Sum ``grad`` back to ``shape`` over the axes broadcasting added or stretched (see shapes.broadcast_axes)."""
-    shape = tuple(shape)
+    if type(shape) is not tuple:
+        shape = tuple(shape)
     if grad.shape == shape:
         return grad
     return reshape(summation(grad, broadcast_axes(shape, grad.shape)), shape)
