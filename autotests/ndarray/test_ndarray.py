@@ -92,6 +92,17 @@ def test_flip_and_pad(device):
     close(arr(x, device)[:, ::2].flip((1,)), np.flip(x[:, ::2], 1))
 
 
+@pytest.mark.parametrize("order", [(0, 2, 3, 1), (3, 2, 1, 0), (1, 0, 2, 3), (0, 1, 2, 3)])
+def test_pad_of_a_transposed_view(device, order):
+    # an NCHW batch seen as NHWC (and other axis orders, a size-1 axis among them) is copied
+    # into the padded array from its own memory order: the same values as a compact copy's
+    x = np.random.randn(2, 3, 1, 5).astype(np.float32)
+    pw = ((0, 1), (2, 0), (1, 1), (0, 3))
+    view = arr(x, device).permute(order)
+    close(view.pad(pw), np.pad(x.transpose(order), pw))
+    assert view.pad(pw).is_compact()
+
+
 # ------------------------------------------------------------------ setitem
 @given(shape=shapes, data=st.data())
 def test_setitem_array_and_scalar(device, shape, data):

@@ -378,8 +378,14 @@ class NDArray:
         # the interior, this array's place in out: a view made directly (what out[lo:lo + n, ...] gives)
         interior = NDArray._alias(self._shape, out._strides, self._device, out._handle,
                                   builtins.sum(lo * st for (lo, _), st in zip(axes, out._strides)))
+        src = self
+        if self._transposed_dense():
+            # read as it lies (an NCHW batch seen as NHWC, say): both views in its memory order, so
+            # its buffer is the compact source of one copy, instead of a transposed copy first
+            order = sorted(range(self.ndim), key=lambda ax: -self._strides[ax])
+            src, interior = self.permute(order), interior.permute(order)
         kshape, kstrides = _kernel_view(interior._shape, interior._strides)
-        self._device.ewise_setitem(self.compact()._handle, out._handle, kshape, kstrides, interior._offset)
+        self._device.ewise_setitem(src.compact()._handle, out._handle, kshape, kstrides, interior._offset)
         return out
 
     # ------------------------------------------------------------ indexing
