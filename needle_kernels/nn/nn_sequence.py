@@ -234,7 +234,17 @@ class EmbeddingScatter(TensorOp):
     def compute(self, g):
         host = _host(g)
         out = np.zeros((self.num_rows, host.shape[1]), dtype=host.dtype)
-        np.add.at(out, self.ids, host)
+        if self.ids.size:
+            # each id's first row copied in one fancy assignment, and only the repeats added by
+            # np.add.at, which works one element at a time; rows sorted stably by id, so every
+            # sum is taken in the order np.add.at alone would take it
+            order = np.argsort(self.ids, kind="stable")
+            ids, rows = self.ids[order], host[order]
+            first = np.ones(ids.size, dtype=bool)
+            first[1:] = ids[1:] != ids[:-1]
+            out[ids[first]] = rows[first]
+            if not first.all():
+                np.add.at(out, ids[~first], rows[~first])
         return _like(out, g)
 
     def gradient(self, out_grad, node):
