@@ -235,16 +235,21 @@ class EmbeddingScatter(TensorOp):
         host = _host(g)
         out = np.zeros((self.num_rows, host.shape[1]), dtype=host.dtype)
         if self.ids.size:
-            # each id's first row copied in one fancy assignment, and only the repeats added by
-            # np.add.at, which works one element at a time; rows sorted stably by id, so every
-            # sum is taken in the order np.add.at alone would take it
+            # np.add.at works one element at a time: on rows sorted stably by id it gets only the
+            # repeats of a batch of mostly distinct ids (words), after each id's first row, in the
+            # order it alone would add them; ids mostly repeated (positions) are summed a run of
+            # rows at a time by reduceat (whose rounding may differ in the last bit)
             order = np.argsort(self.ids, kind="stable")
             ids, rows = self.ids[order], host[order]
             first = np.ones(ids.size, dtype=bool)
             first[1:] = ids[1:] != ids[:-1]
-            out[ids[first]] = rows[first]
-            if not first.all():
-                np.add.at(out, ids[~first], rows[~first])
+            distinct = ids[first]
+            if 2 * distinct.size < ids.size:
+                out[distinct] = np.add.reduceat(rows, np.flatnonzero(first), axis=0)
+            else:
+                out[distinct] = rows[first]
+                if distinct.size < ids.size:
+                    np.add.at(out, ids[~first], rows[~first])
         return _like(out, g)
 
     def gradient(self, out_grad, node):
