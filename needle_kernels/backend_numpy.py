@@ -324,6 +324,21 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
     return dx.astype(x.dtype), dw.astype(x.dtype), db.astype(x.dtype)
 
 
+def softmax(x):
+    """The softmax of x over its last axis, in x's dtype (the formula of ``ndarray_backend_numpy.softmax``)."""
+    if numpy.ndim(x) < 1 or numpy.shape(x)[-1] == 0:
+        raise ValueError(f"softmax: x must have a non-empty last axis, got shape {numpy.shape(x)}")
+    e = numpy.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_backward(y, g):
+    """y * (g - sum(g * y) over the last axis), the sum in float64 (``ndarray_backend_numpy.softmax_backward``)."""
+    _same_shape("softmax_backward", g, y)
+    s = (g.astype(numpy.float64) * y).sum(axis=-1, keepdims=True).astype(y.dtype)
+    return y * (g - s)
+
+
 def _layernorm_shape(name, x, **columns):
     if numpy.ndim(x) != 2 or numpy.shape(x)[1] == 0:
         raise ValueError(f"{name}: x must be (rows, features) with features >= 1, got shape {numpy.shape(x)}")

@@ -26,7 +26,7 @@ TABLE = [
     "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "matmul_batched", "matmul_tiled",
     "reduce_max", "reduce_sum", "reduce_sum_axis", "reduce_max_axis",
     "adam_update", "adam_update_many", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
-    "winograd_weight_grad", "softmax_xent",
+    "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent",
     "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm", "layernorm_backward",
     "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
 ]
@@ -777,6 +777,36 @@ def test_batchnorm_large(backend, ref, rows, cols):
         close(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())))
 
 
+# ---------------------------------------------------------------- softmax
+
+@given_settings
+@given(st.integers(0, 30), st.integers(1, 140), st.floats(0.1, 50.0), st.sampled_from(["new", "x", "g"]),
+       st.integers(0, 2**32 - 1))
+def test_softmax(backend, ref, rows, cols, spread, place, seed):
+    # forward and adjoint against the reference and float64, a masked (-max_float) entry in some
+    # rows; out may be the input (forward) or y or g (backward)
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * spread).astype(np.float32)
+    if cols > 1:
+        x[::2, -1] = -np.finfo(np.float32).max
+    g = rng.standard_normal((rows, cols)).astype(np.float32)
+    results = []
+    for module in (backend, ref):
+        X = put(module, x.ravel())
+        y = X if place == "x" else module.Array(rows * cols)
+        module.softmax(X, y, rows, cols)
+        Y, G = get(module, y), put(module, g.ravel())
+        dx = {"x": y, "g": G}.get(place) or module.Array(rows * cols)
+        module.softmax_backward(y, G, dx, rows, cols)
+        results.append((Y.reshape(rows, cols), get(module, dx).reshape(rows, cols)))
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    p = e / e.sum(1, keepdims=True)
+    exact = (p, p * (g - (g * p).sum(1, keepdims=True)))
+    for got, want, formula in zip(results[0], results[1], exact):
+        close(got, want, rtol=1e-5, atol=1e-6)
+        close(want, formula, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(formula).max(initial=0))))
+
+
 # ---------------------------------------------------------------- layer normalization
 
 def _ln_float64(x, dy, w, b, eps):
@@ -814,6 +844,8 @@ def test_layernorm(backend, ref, rows, cols, spread, eps, seed):
     got, want = _ln_both(backend, ref, x, dy, w, b, eps)
     for a, c in zip(got, want):
         close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
+    if cols == 1:  # a single feature: the output is the bias and dx exactly 0, whatever eps
+        assert (got[3] == 0).all() and (want[3] == 0).all()
     for a, c in zip(want, _ln_float64(x, dy, w, b, eps)):
         close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
 

@@ -233,6 +233,16 @@ def test_batchnorm_fold_size_mismatch(backend, ref, bad):
     raises_like_reference(backend, ref, "batchnorm_fold", lambda m: arrays(m, *[4] * 11) + [4, "small", 0.1])
 
 
+@pytest.mark.parametrize("fn, names", [("softmax", ["x", "out"]), ("softmax_backward", ["y", "g", "out"])])
+def test_softmax_size_mismatch(backend, ref, fn, names):
+    for bad in range(len(names)):
+        sizes = [12] * len(names)
+        sizes[bad] = 11
+        msg = raises_like_reference(backend, ref, fn, lambda m: arrays(m, *sizes) + [3, 4])
+        assert f"{names[bad]} (rows=3, cols=4) has 11 elements" in msg
+    raises_like_reference(backend, ref, fn, lambda m: arrays(m, *[0] * len(names)) + [0, 0])
+
+
 @pytest.mark.parametrize("bad", range(6))
 def test_layernorm_size_mismatch(backend, ref, bad):
     # x (3, 4), weight, bias, out, mean, invstd

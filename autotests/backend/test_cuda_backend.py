@@ -580,3 +580,118 @@ def test_layernorm_in_place_and_bad_arguments(be):
         be.layernorm_backward(bx, bdy, mean, invstd, w, be.Array(3), dweight, dbias, rows, cols)
     with pytest.raises(ValueError, match="CUDA backend Array"):
         be.layernorm_backward(bx, bdy, mean, invstd, _ref(weight), out, dweight, dbias, rows, cols)
+
+
+# ---------------------------------------------------------------- softmax
+
+# The layer norm's shapes: no rows, one row, one column, rows longer than a block, more rows than
+# the capped grid's blocks (the grid-stride loop over rows runs more than once), odd tree sizes.
+SOFTMAX_SHAPES = LAYERNORM_SHAPES
+
+
+def _softmax_inputs(rows, cols):
+    local = np.random.default_rng(rows * 1000 + cols + 7)
+    x = (local.standard_normal((rows, cols)) * 6 + 90).astype(np.float32)  # exp(90) overflows float32
+    g = local.standard_normal((rows, cols)).astype(np.float32)
+    return x, g
+
+
+def _ref_softmax(x, rows, cols):
+    out = ref.Array(rows * cols)
+    with np.errstate(invalid="ignore"):  # -inf - -inf in a fully masked row, as the contract has it
+        ref.softmax(_ref(x), out, rows, cols)
+    return out.array
+
+
+@pytest.mark.parametrize("rows,cols", SOFTMAX_SHAPES)
+def test_softmax_matches_reference(be, rows, cols):
+    x, _ = _softmax_inputs(rows, cols)
+    out = be.Array(rows * cols)
+    be.softmax(_put(be, x), out, rows, cols)
+    launch = be.last_launch()
+    expect = _ref_softmax(x, rows, cols)
+    np.testing.assert_allclose(_get(be, out), expect, rtol=2e-6, atol=1e-9)
+    if rows:  # a block per row, the row's cols in whole warps, at most THREADS
+        threads = min(cu.THREADS, 32 * -(-cols // 32))
+        assert launch == f"grid=({min(rows, cu.MAX_BLOCKS)},1,1) block=({threads},1,1)"
+        np.testing.assert_allclose(_get(be, out).reshape(rows, cols).sum(axis=1), 1.0, rtol=1e-5)
+    if cols == 1 and rows:
+        np.testing.assert_array_equal(_get(be, out), 1.0)
+
+
+@pytest.mark.parametrize("rows,cols", SOFTMAX_SHAPES)
+def test_softmax_backward_matches_reference(be, rows, cols):
+    x, g = _softmax_inputs(rows, cols)
+    y = _ref_softmax(x, rows, cols)
+    out = be.Array(rows * cols)
+    be.softmax_backward(_put(be, y), _put(be, g), out, rows, cols)
+    launch = be.last_launch()
+    expect = ref.Array(rows * cols)
+    ref.softmax_backward(_ref(y), _ref(g), expect, rows, cols)
+    np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-6, atol=1e-9)
+    if rows:
+        threads = min(cu.THREADS, 32 * -(-cols // 32))
+        assert launch == f"grid=({min(rows, cu.MAX_BLOCKS)},1,1) block=({threads},1,1)"
+    if cols == 1 and rows:  # y is 1, the adjoint of a constant is 0
+        np.testing.assert_array_equal(_get(be, out), 0.0)
+
+
+def test_softmax_masked_rows(be):
+    """An attention's masked scores: -inf entries get weight 0 (exactly), a fully masked row is NaN
+    (-inf - -inf, as numpy has it), a row with +inf or NaN is NaN, and the rows beside them are not."""
+    rows, cols = 7, 300  # more rows than the capped grid's blocks, rows longer than a block
+    x, g = _softmax_inputs(rows, cols)
+    x[0, 1::3] = -np.inf                   # a causal-style mask, the max among the kept entries
+    x[1, :] = -np.inf                      # fully masked
+    x[2, 5], x[2, 6] = np.inf, -np.inf     # +inf
+    x[3, 299] = np.nan
+    x[4, :299] = -np.inf                   # one entry kept: weight 1
+    x[5, 0] = -np.inf                      # a mask where the row's max would be (the last row is unmasked)
+    expect = _ref_softmax(x, rows, cols).reshape(rows, cols)
+    assert (expect[0, 1::3] == 0).all() and np.isnan(expect[1:4]).all() and expect[4, 299] == 1.0
+    out = be.Array(rows * cols)
+    be.softmax(_put(be, x), out, rows, cols)
+    got = _get(be, out).reshape(rows, cols)
+    np.testing.assert_allclose(got, expect, rtol=2e-6, atol=1e-9)  # NaNs where the reference has them
+    np.testing.assert_array_equal(got[0, 1::3], 0.0)
+    np.testing.assert_array_equal(got[4], expect[4])
+    # backward through the masked rows: zero weight, zero gradient
+    ok = [0, 4, 5, 6]
+    y = expect[ok]
+    gb, out = _put(be, g[ok]), be.Array(len(ok) * cols)
+    be.softmax_backward(_put(be, y), gb, out, len(ok), cols)
+    rout = ref.Array(len(ok) * cols)
+    ref.softmax_backward(_ref(y), _ref(g[ok]), rout, len(ok), cols)
+    np.testing.assert_allclose(_get(be, out), rout.array, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(_get(be, out).reshape(len(ok), cols)[0, 1::3], 0.0)
+
+
+def test_softmax_in_place_and_bad_arguments(be):
+    rows, cols = 5, 40
+    x, g = _softmax_inputs(rows, cols)
+    expect = _ref_softmax(x, rows, cols)
+    bx = _put(be, x)
+    be.softmax(bx, bx, rows, cols)  # out is x
+    np.testing.assert_allclose(_get(be, bx), expect, rtol=2e-6, atol=1e-9)
+    rdx = ref.Array(rows * cols)
+    ref.softmax_backward(_ref(expect), _ref(g), rdx, rows, cols)
+    by, bg = _put(be, expect), _put(be, g)
+    be.softmax_backward(by, bg, bg, rows, cols)  # out is g
+    np.testing.assert_allclose(_get(be, bg), rdx.array, rtol=1e-6, atol=1e-9)
+    by, bg = _put(be, expect), _put(be, g)
+    be.softmax_backward(by, bg, by, rows, cols)  # out is y
+    np.testing.assert_allclose(_get(be, by), rdx.array, rtol=1e-6, atol=1e-9)
+
+    out = be.Array(rows * cols)
+    with pytest.raises(ValueError, match=r"softmax: need rows >= 0 and cols >= 1, got rows=200, cols=0"):
+        be.softmax(bx, out, rows * cols, 0)
+    with pytest.raises(ValueError, match=r"softmax: out \(rows=5, cols=40\) has 199 elements"):
+        be.softmax(bx, be.Array(rows * cols - 1), rows, cols)
+    with pytest.raises(ValueError, match=r"softmax_backward: need rows >= 0 and cols >= 1"):
+        be.softmax_backward(by, bg, out, rows * cols, 0)
+    with pytest.raises(ValueError, match=r"softmax_backward: g \(rows=5, cols=40\) has 39 elements"):
+        be.softmax_backward(by, _put(be, g[0, :-1]), out, rows, cols)
+    with pytest.raises(ValueError, match="softmax: x must be a CUDA backend Array"):
+        be.softmax(_ref(x), out, rows, cols)
+    with pytest.raises(ValueError, match="softmax_backward: out must be a CUDA backend Array"):
+        be.softmax_backward(by, bg, ref.Array(rows * cols), rows, cols)

@@ -127,6 +127,8 @@ def test_logsumexp_all(device): check_op(ndl.logsumexp, lambda a: np_logsumexp(a
 def test_logsumexp_axis(device): check_op(lambda a: ndl.logsumexp(a, axes=(1,)), lambda a: np_logsumexp(a, (1,)), rand(3, 4, 2), device=device)
 def test_logsumexp_axes(device): check_op(lambda a: ndl.logsumexp(a, axes=(0, 2)), lambda a: np_logsumexp(a, (0, 2)), rand(3, 4, 2), device=device)
 def test_logsoftmax(device): check_op(ndl.logsoftmax, lambda a: a - np_logsumexp(a, (1,))[:, None], rand(3, 5), device=device)
+def test_softmax(device): check_op(ndl.softmax, lambda a: np.exp(a - np_logsumexp(a, (a.ndim - 1,))[..., None]), rand(2, 3, 5), device=device)
+def test_softmax_of_a_row(device): check_op(ndl.softmax, lambda a: np.exp(a - np_logsumexp(a, (0,))), rand(7), device=device)
 
 
 LABELS = np.array([2, 0, 4])
@@ -236,6 +238,20 @@ def test_second_order_through_the_activation_adjoints(device):
 
 def test_second_order_matmul_bias(device):
     check_second_order(lambda x, w, b: ndl.tanh(ndl.matmul_bias(x, w, b)), rand(3, 2), rand(2, 4), rand(1, 4), device=device)
+
+
+def test_second_order_softmax(device):
+    check_second_order(lambda x: ndl.softmax(x) * x, rand(3, 4), device=device)
+
+
+def test_softmax_of_a_masked_row(device):
+    # an attention row with future keys masked by -max_float: exact zeros there, no NaN
+    x = rand(2, 5)
+    x[:, 3:] = -np.finfo(np.float32).max
+    out = ndl.softmax(ndl.Tensor(x, device=device)).numpy()
+    e = np.exp(x[:, :3] - x[:, :3].max(1, keepdims=True))
+    np.testing.assert_allclose(out[:, :3], e / e.sum(1, keepdims=True), rtol=1e-5)
+    assert (out[:, 3:] == 0).all()
 
 
 def test_second_order_add_n(device):

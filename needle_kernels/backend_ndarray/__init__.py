@@ -77,6 +77,8 @@ from .ndarray_fused import (
     relu_backward,
     sgd_update,
     sigmoid_backward,
+    softmax,
+    softmax_backward,
     softmax_cross_entropy,
     softmax_cross_entropy_grad,
     tanh_backward,

@@ -210,6 +210,14 @@ def check_softmax_xent(name, z, labels, rows, cols, **arrays):
             check_size(name, arr, rows, f"{what} (rows={rows})")
 
 
+def check_softmax(name, rows, cols, **arrays):
+    """Sizes of a row-wise softmax call: every array (rows, cols). Raises ValueError naming the misfit."""
+    if rows < 0 or cols < 1:
+        raise ValueError(f"{name}: need rows >= 0 and cols >= 1, got rows={rows}, cols={cols}")
+    for what, arr in arrays.items():
+        check_size(name, arr, rows * cols, f"{what} (rows={rows}, cols={cols})")
+
+
 def check_labels(name, values, cols):
     """The labels (float32 ids, as an Array holds them) as int64 indices; ValueError for any that is
     not an integer in [0, cols), since the kernels index with them."""

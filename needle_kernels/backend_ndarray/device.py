@@ -182,7 +182,7 @@ KERNEL_TABLE = (
 )
 EXTENSIONS = ("matmul_batched", "matmul_tiled", "matmul_t", "reduce_sum_axis", "reduce_max_axis",
               "adam_update", "adam_update_many", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
-              "winograd_weight_grad", "softmax_xent", "softmax_xent_grad",
+              "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent", "softmax_xent_grad",
               "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm",
               "layernorm_backward", "lstm_cell", "lstm_cell_backward",
               "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add")

@@ -43,6 +43,7 @@ from .backend_checks import (
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_col2im,
+    check_softmax,
     check_softmax_xent,
     check_winograd_input,
     check_winograd_output,
@@ -105,6 +106,7 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                           Py_ssize_t n, int relu)
     void nk_bn_dx_rows(const float *x, const float *dy, const float *k, const float *gm, const float *mean,
                        const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
+    void nk_softmax_grad_row(const float *y, const float *g, float *out, Py_ssize_t n)
     void nk_ln_row(const float *x, const float *w, const float *b, float *out, Py_ssize_t n, double eps,
                    float *mean, float *invstd)
     void nk_ln_grad_row(const float *x, const float *dy, const float *w, float mean, float invstd, float *dx,
@@ -1715,6 +1717,59 @@ def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
             for i in prange(cr, num_threads=nt, schedule="static"):
                 nk_note_thread(threadid())
                 _xent_grad_row(Z.data + i * cc, O.data + i * cc, cc, <Py_ssize_t>L.data[i], S.data[i], G.data[i])
+
+
+# ---------------------------------------------------------------- softmax
+# A row per task (see the reference), as the cross-entropy's: the row's max, then its exps
+# written and summed, then scaled, while the row is in cache.
+
+cdef inline void _softmax_row(const float *x, float *out, Py_ssize_t cols) noexcept nogil:
+    cdef float m = nk_max(x, cols)
+    nk_exp_scale(x, m, 1.0, out, cols)
+    nk_scalar(NK_MUL, out, 1.0 / nk_sum(out, cols), out, cols)
+
+
+def softmax(x, out, rows, cols):
+    """Row-wise softmax of compact x (rows, cols) (see the reference); out may be x."""
+    cdef Array X = _arr("softmax", "x", x)
+    cdef Array O = _arr("softmax", "out", out)
+    rows, cols = _check_dims("softmax", (("rows", rows), ("cols", cols)))
+    cdef Py_ssize_t cr = rows, cc = cols, r
+    if not (cr >= 0 and cc >= 1 and X.size == cr * cc and O.size == cr * cc):
+        check_softmax("softmax", rows, cols, x=X, out=O)
+    cdef int nt = _threads_for(cr * cc * 4)
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for r in range(cr):
+                _softmax_row(X.data + r * cc, O.data + r * cc, cc)
+        else:
+            for r in prange(cr, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                _softmax_row(X.data + r * cc, O.data + r * cc, cc)
+
+
+def softmax_backward(y, g, out, rows, cols):
+    """Softmax's adjoint y * (g - sum(g * y)) row by row (see the reference); out may be y or g."""
+    cdef Array Y = _arr("softmax_backward", "y", y)
+    cdef Array G = _arr("softmax_backward", "g", g)
+    cdef Array O = _arr("softmax_backward", "out", out)
+    rows, cols = _check_dims("softmax_backward", (("rows", rows), ("cols", cols)))
+    cdef Py_ssize_t cr = rows, cc = cols, r
+    if not (cr >= 0 and cc >= 1 and Y.size == cr * cc and G.size == cr * cc and O.size == cr * cc):
+        check_softmax("softmax_backward", rows, cols, y=Y, g=G, out=O)
+    cdef int nt = _threads_for(cr * cc * 2)
+    nk_reset_threads()
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for r in range(cr):
+                nk_softmax_grad_row(Y.data + r * cc, G.data + r * cc, O.data + r * cc, cc)
+        else:
+            for r in prange(cr, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                nk_softmax_grad_row(Y.data + r * cc, G.data + r * cc, O.data + r * cc, cc)
 
 
 # ---------------------------------------------------------------- batch normalization

@@ -189,6 +189,18 @@ NK_CLONES static void nk_bn_dx_rows(const float *restrict x, const float *restri
             dx[r * n + c] = k[c] * ((dy[r * n + c] - gm[c]) - (x[r * n + c] - mean[c]) * xd[c]);
 }
 
+/* softmax's adjoint for one row: out = y * (g - sum(g * y)), the sum in float64. out may be y or g. */
+NK_CLONES static void nk_softmax_grad_row(const float *y, const float *g, float *out, ptrdiff_t n)
+{
+    double p[4] = {0.0, 0.0, 0.0, 0.0};
+    ptrdiff_t i, n4 = n - n % 4;
+    for (i = 0; i < n4; i += 4)
+        for (int j = 0; j < 4; j++) p[j] += (double)g[i + j] * y[i + j];
+    for (; i < n; i++) p[0] += (double)g[i] * y[i];
+    float s = (float)(p[0] + p[1] + p[2] + p[3]);
+    for (i = 0; i < n; i++) out[i] = y[i] * (g[i] - s);
+}
+
 /* One row of a layer norm over n features: the row's mean and inverse std in float64 (four
  * partial sums, which the compiler can keep in vector lanes), then out = (x - mean) * invstd * w + b
  * in float32. */
@@ -213,22 +225,26 @@ NK_CLONES static void nk_ln_row(const float *restrict x, const float *restrict w
 
 /* The layer norm's gradient for one row: db[c] += dy and dw[c] += dy * xhat (float64 column
  * accumulators of this thread), and dx = invstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with
- * gw = dy * w, the two row means in float64. */
-NK_CLONES static void nk_ln_grad_row(const float *restrict x, const float *restrict dy, const float *restrict w,
-                                     float mean, float invstd, float *restrict dx, ptrdiff_t n,
+ * gw = dy * w, the two row means in float64. gw goes through dx as stored floats: gw - mean(gw)
+ * is then exactly 0 where the row's gw are all equal (a single feature), where a product fused
+ * into the subtraction would leave its rounding error, times invstd = 1 / sqrt(eps).
+ * dx may be dy (each dy[i] is read before dx[i] is written), not x. */
+NK_CLONES static void nk_ln_grad_row(const float *x, const float *dy, const float *restrict w,
+                                     float mean, float invstd, float *dx, ptrdiff_t n,
                                      double *restrict dw, double *restrict db)
 {
     double a = 0.0, c = 0.0;
     for (ptrdiff_t i = 0; i < n; i++) {
-        float xh = (x[i] - mean) * invstd, gw = dy[i] * w[i];
+        float g = dy[i], xh = (x[i] - mean) * invstd, gw = g * w[i];
         a += gw;
         c += (double)gw * xh;
-        db[i] += dy[i];
-        dw[i] += (double)dy[i] * xh;
+        db[i] += g;
+        dw[i] += (double)g * xh;
+        dx[i] = gw;
     }
     float am = (float)(a / (double)n), cm = (float)(c / (double)n);
     for (ptrdiff_t i = 0; i < n; i++)
-        dx[i] = invstd * ((dy[i] * w[i] - am) - (x[i] - mean) * invstd * cm);
+        dx[i] = invstd * ((dx[i] - am) - (x[i] - mean) * invstd * cm);
 }
 
 NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t b, ptrdiff_t y, ptrdiff_t w,

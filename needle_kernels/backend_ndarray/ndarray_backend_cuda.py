@@ -38,6 +38,7 @@ from .backend_checks import (
     check_labels,
     check_layernorm,
     check_lstm,
+    check_softmax,
     check_softmax_xent,
     check_reduce as _check_reduce,
     check_reduce_axis as _check_reduce_axis,
@@ -225,7 +226,7 @@ KERNELS = {
     "strided.cu": ("compact", "ewise_setitem", "scalar_setitem"),
     "matmul.cu": ("matmul", "matmul_tiled"),
     "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle",
-                  "softmax_xent", "softmax_xent_grad"),
+                  "softmax_xent", "softmax_xent_grad", "softmax", "softmax_backward"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
     "conv.cu": ("col2im", "winograd_input", "winograd_output", "winograd_grad_tiles", "winograd_weight_output"),
     "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_grad_sums",
@@ -831,6 +832,28 @@ def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
             (x.array, dy.array, mean.array, invstd.array, dweight.array, dbias.array, _i64(rows), _i64(cols)))
     _ln_rows_launch("layernorm_grad_input", rows, cols,
                     (x.array, dy.array, mean.array, invstd.array, weight.array, dx.array, _i64(rows), _i64(cols)))
+
+
+# ---------------------------------------------------------------- softmax
+
+def softmax(x, out, rows, cols):
+    """out[r] = exp(x[r] - max x[r]) / sum_c exp(x[r, c] - max x[r]) for every row of compact x (rows, cols)
+    (see the reference); a block per row. out may be x."""
+    _require("softmax")
+    _check_arrays("softmax", x=x, out=out)
+    rows, cols = int(rows), int(cols)
+    check_softmax("softmax", rows, cols, x=x, out=out)
+    _ln_rows_launch("softmax", rows, cols, (x.array, out.array, _i64(rows), _i64(cols)))
+
+
+def softmax_backward(y, g, out, rows, cols):
+    """out[r, c] = y[r, c] * (g[r, c] - sum_c' g[r, c'] * y[r, c']), the row sums in double (see the
+    reference); a block per row. out may be y or g."""
+    _require("softmax_backward")
+    _check_arrays("softmax_backward", y=y, g=g, out=out)
+    rows, cols = int(rows), int(cols)
+    check_softmax("softmax_backward", rows, cols, y=y, g=g, out=out)
+    _ln_rows_launch("softmax_backward", rows, cols, (y.array, g.array, out.array, _i64(rows), _i64(cols)))
 
 
 # ---------------------------------------------------------------- LSTM cell

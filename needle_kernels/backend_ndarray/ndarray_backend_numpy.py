@@ -36,6 +36,7 @@ from .backend_checks import (
     check_same_size,
     check_scalar,
     check_size,
+    check_softmax,
     check_softmax_xent,
     check_view,
     check_winograd_input,
@@ -452,6 +453,32 @@ def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
     O = out.array.reshape(rows, cols)
     O[...] = np.exp(z.array.reshape(rows, cols) - lse.array[:, None]) * g.array[:, None]
     O[np.arange(rows), y] -= g.array
+
+
+# ---------------------------------------------------------------- softmax
+# Extensions used by ops.softmax (an attention's weights): each row of a compact x
+# (rows, cols) in one pass each way, where array operations take a max, a broadcast,
+# an exp, a sum and a division forward and five more kernels back.
+
+def softmax(x, out, rows, cols):
+    """out[r] = exp(x[r] - max x[r]) / sum_c exp(x[r, c] - max x[r]) for every row (float32). out may be x."""
+    check_softmax("softmax", rows, cols, x=x, out=out)
+    if rows == 0:
+        return
+    X = x.array.reshape(rows, cols)
+    e = np.exp(X - X.max(axis=1, keepdims=True))
+    out.array.reshape(rows, cols)[...] = e / e.sum(axis=1, keepdims=True)
+
+
+def softmax_backward(y, g, out, rows, cols):
+    """out[r, c] = y[r, c] * (g[r, c] - sum_c' g[r, c'] * y[r, c']): softmax's adjoint for out_grad g
+    at its output y, the row sums in float64. out may be y or g."""
+    check_softmax("softmax_backward", rows, cols, y=y, g=g, out=out)
+    if rows == 0:
+        return
+    Y, G = y.array.reshape(rows, cols), g.array.reshape(rows, cols)
+    s = (G.astype(np.float64) * Y).sum(axis=1, keepdims=True).astype(np.float32)
+    out.array.reshape(rows, cols)[...] = Y * (G - s)
 
 
 # ---------------------------------------------------------------- batch normalization

@@ -181,6 +181,36 @@ def softmax_cross_entropy(z, labels):
     return loss, lse
 
 
+def _last_axis_rows(name, x, **others):
+    if not isinstance(x, NDArray) or x.ndim < 1 or x.shape[-1] == 0:
+        raise ValueError(f"{name}: x must be an NDArray with a non-empty last axis, got shape {getattr(x, 'shape', None)}")
+    _same_layout(name, x, **others)
+    return x.compact(), x.size // x.shape[-1], x.shape[-1]
+
+
+def softmax(x):
+    """The softmax of x over its last axis, one row of it per task of one kernel."""
+    x, rows, cols = _last_axis_rows("softmax", x)
+    if not _has_kernel(x._device, "softmax"):  # the same formulas in generic operations
+        flat = x.reshape((rows, cols))
+        e = (flat - _rows(flat.max(axis=1), flat.shape)).exp()
+        return (e / _rows(e.sum(axis=1), flat.shape)).reshape(x.shape)
+    out = NDArray._new(x.shape, x._device)
+    x._device.softmax(x._handle, out._handle, rows, cols)
+    return out
+
+
+def softmax_backward(y, g):
+    """y * (g - sum(g * y) over the last axis): softmax's adjoint for out_grad g at its output y."""
+    y, rows, cols = _last_axis_rows("softmax_backward", y, g=g)
+    if not _has_kernel(y._device, "softmax_backward"):
+        flat_y, flat_g = y.reshape((rows, cols)), g.compact().reshape((rows, cols))
+        return (flat_y * (flat_g - _rows((flat_g * flat_y).sum(axis=1), flat_y.shape))).reshape(y.shape)
+    out = NDArray._new(y.shape, y._device)
+    y._device.softmax_backward(y._handle, g.compact()._handle, out._handle, rows, cols)
+    return out
+
+
 def _one_hot(labels, z):
     return NDArray(one_hot_rows(z.shape[1], labels), device=z._device)
 

@@ -5,7 +5,7 @@ and flatten to (B*T, D) for the per-position modules (LayerNorm1d, Linear).
 """
 import numpy as np
 
-from .. import init, ops
+from .. import autograd, init, ops
 from ..autograd import Tensor
 from .nn_basic import Dropout, LayerNorm1d, Linear, Module, ReLU, Sequential
 from .nn_sequence import Embedding
@@ -35,8 +35,11 @@ class MultiHeadAttention(Module):
         return Tensor(mask, device=device, dtype=self.dtype, requires_grad=False)
 
     def softmax(self, logit):
-        """Softmax over the last axis. The row max is subtracted as a constant: softmax is
+        """Softmax over the last axis: one op (ops.softmax), or while traced for compile and ONNX
+        export, generic ops. There the row max is subtracted as a constant: softmax is
         shift-invariant, so the gradient is unchanged and exp cannot overflow."""
+        if not autograd.TRACING:
+            return ops.softmax(logit)
         last = len(logit.shape) - 1
         row_max = logit.realize_cached_data().max(axis=last, keepdims=True)
         row_max = Tensor.make_const(row_max)

@@ -5,6 +5,7 @@ overflow ``exp``; the gradients are written with ops (differentiable again).
 """
 import numpy
 
+from .. import autograd
 from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api
 from ..labels import one_hot_rows
@@ -38,6 +39,31 @@ class LogSoftmax(TensorOp):
 
 def logsoftmax(a, axis=-1):
     return LogSoftmax(axis)(a)
+
+
+class Softmax(TensorOp):
+    """out = exp(a - max) / sum(exp(a - max)) over the last axis, one kernel each way.
+
+    da = out * (g - sum_last(g * out)). A backward pass that records nothing runs it as one
+    kernel (softmax_backward); a recorded one writes it with ops, so it is differentiable again.
+    """
+
+    def compute(self, a):
+        return array_api.softmax(a)
+
+    def gradient(self, out_grad, node):
+        if not autograd.RECORDING:
+            return Tensor.make_const(array_api.softmax_backward(node.realize_cached_data(),
+                                                                out_grad.realize_cached_data()))
+        shape = node.shape
+        kept = shape[:-1] + (1,)
+        total = broadcast_to(reshape(summation(out_grad * node, (len(shape) - 1,)), kept), shape)
+        return node * (out_grad - total)
+
+
+def softmax(a):
+    """The softmax of the Tensor a over its last axis: see Softmax."""
+    return Softmax()(a)
 
 
 class LogSumExp(TensorOp):

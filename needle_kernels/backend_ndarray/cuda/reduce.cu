@@ -154,3 +154,74 @@ extern "C" __global__ void softmax_xent_grad(const float* z, const float* labels
         }
     }
 }
+
+// ---------------------------------------------------------------- softmax
+// softmax / softmax_backward (ndarray_backend_numpy.softmax / softmax_backward):
+// each row of a compact (rows, cols), an attention's weights. A row's outputs
+// need a statistic of the whole row (its max and sum of exponentials forward,
+// the sum of g * y back), so, as softmax_xent above, one block owns a row
+// (grid-stride over rows) and its threads stride along it, every load of a
+// warp one contiguous line; the row is read again from cache for the writes in
+// the same block: no second launch and no global scratch. The max is
+// block_reduce's (NaN propagating, as numpy's), broadcast through shared
+// memory; the sums go through a shared-memory tree in double (the reference's
+// backward sum is float64; forward, a double sum rounded once is as close to
+// the exact sum as float32 can be), rounded to float once. exp(x - max) is
+// recomputed for the writes rather than stored: the same expf of the same
+// value, one write per element. A row of -inf (fully masked) gives
+// -inf - -inf = NaN everywhere, as numpy does. out may be x (y or g): every
+// element is read, then written, by the same thread, after the trees'
+// barriers. Launched with cols rounded up to whole warps threads, at most
+// NK_THREADS (block_reduce needs whole warps; the tree takes any block size).
+#define SOFTMAX_THREADS NK_THREADS  // the most threads a row block is launched with
+
+// The sum of v over the threads of the block (blockDim.x of them); every
+// thread gets the total. Every thread of the block must call it.
+__device__ __forceinline__ double softmax_row_sum(double v, double* shared) {
+    const unsigned t = threadIdx.x;
+    shared[t] = v;
+    __syncthreads();
+    for (unsigned n = blockDim.x; n > 1;) {
+        const unsigned half = (n + 1) / 2;
+        if (t < n - half) shared[t] += shared[t + half];
+        __syncthreads();
+        n = half;
+    }
+    const double total = shared[0];
+    __syncthreads();  // shared is reused by the block's next row
+    return total;
+}
+
+extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
+softmax(const float* x, float* out, index_t rows, index_t cols) {
+    __shared__ double shared[SOFTMAX_THREADS];
+    __shared__ float row_max;
+    for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + r * cols;
+        float m = MaxOp::identity();
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) m = nan_max(m, xr[c]);
+        m = block_reduce(m, MaxOp());
+        if (threadIdx.x == 0) row_max = m;
+        __syncthreads();
+        m = row_max;
+        double s = 0.0;
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) s += expf(xr[c] - m);
+        const float total = (float)softmax_row_sum(s, shared);  // its barriers also order row_max's reuse
+        float* orow = out + r * cols;
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) orow[c] = expf(xr[c] - m) / total;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
+softmax_backward(const float* y, const float* g, float* out, index_t rows, index_t cols) {
+    __shared__ double shared[SOFTMAX_THREADS];
+    for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* yr = y + r * cols;
+        const float* gr = g + r * cols;
+        double s = 0.0;
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) s += (double)gr[c] * yr[c];
+        const float dot = (float)softmax_row_sum(s, shared);
+        float* orow = out + r * cols;
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) orow[c] = yr[c] * (gr[c] - dot);
+    }
+}
