@@ -796,8 +796,9 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
 
 # ---------------------------------------------------------------- layer normalization
 
-def _ln_rows_launch(kernel, rows, cols, args):
-    """A block per row (grid-stride over rows), cols rounded up to whole warps threads, at most THREADS."""
+def _row_blocks_launch(kernel, rows, cols, args):
+    """A row kernel's launch (layer norm, softmax): a block per row (grid-stride over rows), cols
+    rounded up to whole warps threads, at most THREADS."""
     if rows == 0:
         return
     threads = min(THREADS, 32 * -(-cols // 32))
@@ -813,7 +814,7 @@ def layernorm(x, weight, bias, out, mean, invstd, rows, cols, eps):
     check_layernorm("layernorm", rows, cols, dict(x=x, out=out), dict(mean=mean, invstd=invstd),
                     dict(weight=weight, bias=bias))
     eps = check_scalar("layernorm", eps)
-    _ln_rows_launch("layernorm", rows, cols,
+    _row_blocks_launch("layernorm", rows, cols,
                     (x.array, weight.array, bias.array, out.array, mean.array, invstd.array, _i64(rows),
                      _i64(cols), np.float64(eps)))
 
@@ -830,7 +831,7 @@ def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     grid = (min(_bn_columns_grid(cols)[0], MAX_BLOCKS), 1, 1)
     _launch(_kernel("layernorm_grad_sums"), grid, _BN_BLOCK,
             (x.array, dy.array, mean.array, invstd.array, dweight.array, dbias.array, _i64(rows), _i64(cols)))
-    _ln_rows_launch("layernorm_grad_input", rows, cols,
+    _row_blocks_launch("layernorm_grad_input", rows, cols,
                     (x.array, dy.array, mean.array, invstd.array, weight.array, dx.array, _i64(rows), _i64(cols)))
 
 
@@ -843,7 +844,7 @@ def softmax(x, out, rows, cols):
     _check_arrays("softmax", x=x, out=out)
     rows, cols = int(rows), int(cols)
     check_softmax("softmax", rows, cols, x=x, out=out)
-    _ln_rows_launch("softmax", rows, cols, (x.array, out.array, _i64(rows), _i64(cols)))
+    _row_blocks_launch("softmax", rows, cols, (x.array, out.array, _i64(rows), _i64(cols)))
 
 
 def softmax_backward(y, g, out, rows, cols):
@@ -853,7 +854,7 @@ def softmax_backward(y, g, out, rows, cols):
     _check_arrays("softmax_backward", y=y, g=g, out=out)
     rows, cols = int(rows), int(cols)
     check_softmax("softmax_backward", rows, cols, y=y, g=g, out=out)
-    _ln_rows_launch("softmax_backward", rows, cols, (y.array, g.array, out.array, _i64(rows), _i64(cols)))
+    _row_blocks_launch("softmax_backward", rows, cols, (y.array, g.array, out.array, _i64(rows), _i64(cols)))
 
 
 # ---------------------------------------------------------------- LSTM cell

@@ -36,6 +36,16 @@ def _check_nchw(x, nchw, name):
         raise ValueError(f"{name}: nchw needs an (N, C, H, W) input, got shape {tuple(x.shape)}")
 
 
+def _fused_gradients(grad_op, x, weight, out_grad):
+    """(dx, dweight, dbias) by a normalisation's fused gradient op on (x, weight, out_grad): its
+    arrays as constants when nothing will differentiate them, else its one tuple node."""
+    if not autograd.RECORDING:  # the arrays, without tuple nodes
+        arrays = grad_op.compute(x.realize_cached_data(), weight.realize_cached_data(), out_grad.realize_cached_data())
+        return tuple(Tensor.make_const(a) for a in arrays)
+    grads = grad_op(x, weight, out_grad)
+    return grads[0], grads[1], grads[2]
+
+
 def batch_statistics(x, nchw=False):
     """``(mean, var)``: arrays of the column means and biased variances of the Tensor x (rows,
     channels), or with ``nchw`` of the channels of x (N, C, H, W) over N, H and W."""
@@ -78,12 +88,7 @@ class BatchNormRows(TensorOp):
         x, weight, _ = node.inputs
         grad_op = BatchNormRowsGrad(self.mean, self.invstd, self.batch_stats, self.nchw,
                                     node.realize_cached_data() if self.relu else None)
-        if not autograd.RECORDING:  # nothing will differentiate them: the arrays, without tuple nodes
-            arrays = grad_op.compute(x.realize_cached_data(), weight.realize_cached_data(),
-                                     out_grad.realize_cached_data())
-            return tuple(Tensor.make_const(a) for a in arrays)
-        grads = grad_op(x, weight, out_grad)
-        return grads[0], grads[1], grads[2]
+        return _fused_gradients(grad_op, x, weight, out_grad)
 
 
 class BatchNormRowsGrad(TensorTupleOp):
@@ -139,13 +144,7 @@ class LayerNormRows(TensorOp):
         x, weight, _ = node.inputs
         if node.saved is None:  # built around a known output: the statistics again
             node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
-        grad_op = LayerNormRowsGrad(*node.saved)
-        if not autograd.RECORDING:  # nothing will differentiate them: the arrays, without tuple nodes
-            arrays = grad_op.compute(x.realize_cached_data(), weight.realize_cached_data(),
-                                     out_grad.realize_cached_data())
-            return tuple(Tensor.make_const(a) for a in arrays)
-        grads = grad_op(x, weight, out_grad)
-        return grads[0], grads[1], grads[2]
+        return _fused_gradients(LayerNormRowsGrad(*node.saved), x, weight, out_grad)
 
 
 class LayerNormRowsGrad(TensorTupleOp):

@@ -126,8 +126,8 @@ extern "C" __global__ void batchnorm_grad_input(const float* x, const float* dy,
 // a shared-memory tree in double, as the reference's float64 sums are. The
 // row is read again from cache for its normalisation (or its dx) in the same
 // block, with no second launch and no global scratch. Launched with
-// min(NK_THREADS, cols rounded up to whole warps) threads; the tree takes any
-// block size.
+// min(NK_THREADS, cols rounded up to whole warps) threads; the tree (row_tree,
+// common.cuh) takes any block size.
 // layernorm_grad_sums: dweight and dbias are sums down the columns, the
 // batch norm's column sums with a mean and invstd per row instead of per
 // column: 32 neighbouring columns per block (BN_LANES), BN_ROWS rows of
@@ -135,34 +135,12 @@ extern "C" __global__ void batchnorm_grad_input(const float* x, const float* dy,
 #if !defined(NK_THREADS)
 #error "compile with the -D flags of ndarray_backend_cuda.compile_defines()"
 #endif
-#define LN_THREADS NK_THREADS  // the most threads a row block is launched with
 static_assert(NK_THREADS % 32 == 0 && NK_THREADS <= 1024, "a row block is whole warps, at most 1024 threads");
 
-// Sums a and b over the threads of the block (blockDim.x of them, any number);
-// every thread gets the totals. Every thread of the block must call it.
-__device__ __forceinline__ void row_tree(double& a, double& b, double (*shared)[LN_THREADS]) {
-    const unsigned t = threadIdx.x;
-    shared[0][t] = a;
-    shared[1][t] = b;
-    __syncthreads();
-    for (unsigned n = blockDim.x; n > 1;) {
-        const unsigned half = (n + 1) / 2;
-        if (t < n - half) {
-            shared[0][t] += shared[0][t + half];
-            shared[1][t] += shared[1][t + half];
-        }
-        __syncthreads();
-        n = half;
-    }
-    a = shared[0][0];
-    b = shared[1][0];
-    __syncthreads();  // shared is reused by the caller's next tree
-}
-
-extern "C" __global__ void __launch_bounds__(LN_THREADS)
+extern "C" __global__ void __launch_bounds__(NK_THREADS)
 layernorm(const float* x, const float* weight, const float* bias, float* out, float* mean, float* invstd,
           index_t rows, index_t cols, double eps) {
-    __shared__ double shared[2][LN_THREADS];
+    __shared__ double shared[2][NK_THREADS];
     for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = x + r * cols;
         double s = 0.0, unused = 0.0;
@@ -209,10 +187,10 @@ layernorm_grad_sums(const float* x, const float* dy, const float* mean, const fl
     }
 }
 
-extern "C" __global__ void __launch_bounds__(LN_THREADS)
+extern "C" __global__ void __launch_bounds__(NK_THREADS)
 layernorm_grad_input(const float* x, const float* dy, const float* mean, const float* invstd, const float* weight,
                      float* dx, index_t rows, index_t cols) {
-    __shared__ double shared[2][LN_THREADS];
+    __shared__ double shared[2][NK_THREADS];
     for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = x + r * cols;
         const float* gr = dy + r * cols;

@@ -28,3 +28,28 @@ __device__ __forceinline__ float nan_max(float x, float y) {
 __device__ __forceinline__ float negative_infinity() {
     return __int_as_float(0xff800000);
 }
+
+#if defined(NK_THREADS)
+// Sums a and b over the threads of a block of at most NK_THREADS (blockDim.x of them, any
+// number) in double, through ``shared``; every thread gets the totals. Every thread of the
+// block must call it. The row kernels (a block per row: layer norm, softmax) combine their
+// row sums with it.
+__device__ __forceinline__ void row_tree(double& a, double& b, double (*shared)[NK_THREADS]) {
+    const unsigned t = threadIdx.x;
+    shared[0][t] = a;
+    shared[1][t] = b;
+    __syncthreads();
+    for (unsigned n = blockDim.x; n > 1;) {
+        const unsigned half = (n + 1) / 2;
+        if (t < n - half) {
+            shared[0][t] += shared[0][t + half];
+            shared[1][t] += shared[1][t + half];
+        }
+        __syncthreads();
+        n = half;
+    }
+    a = shared[0][0];
+    b = shared[1][0];
+    __syncthreads();  // shared is reused by the caller's next tree
+}
+#endif

@@ -164,7 +164,7 @@ extern "C" __global__ void softmax_xent_grad(const float* z, const float* labels
 // warp one contiguous line; the row is read again from cache for the writes in
 // the same block: no second launch and no global scratch. The max is
 // block_reduce's (NaN propagating, as numpy's), broadcast through shared
-// memory; the sums go through a shared-memory tree in double (the reference's
+// memory; the sums go through row_tree (common.cuh), in double (the reference's
 // backward sum is float64; forward, a double sum rounded once is as close to
 // the exact sum as float32 can be), rounded to float once. exp(x - max) is
 // recomputed for the writes rather than stored: the same expf of the same
@@ -173,28 +173,9 @@ extern "C" __global__ void softmax_xent_grad(const float* z, const float* labels
 // element is read, then written, by the same thread, after the trees'
 // barriers. Launched with cols rounded up to whole warps threads, at most
 // NK_THREADS (block_reduce needs whole warps; the tree takes any block size).
-#define SOFTMAX_THREADS NK_THREADS  // the most threads a row block is launched with
-
-// The sum of v over the threads of the block (blockDim.x of them); every
-// thread gets the total. Every thread of the block must call it.
-__device__ __forceinline__ double softmax_row_sum(double v, double* shared) {
-    const unsigned t = threadIdx.x;
-    shared[t] = v;
-    __syncthreads();
-    for (unsigned n = blockDim.x; n > 1;) {
-        const unsigned half = (n + 1) / 2;
-        if (t < n - half) shared[t] += shared[t + half];
-        __syncthreads();
-        n = half;
-    }
-    const double total = shared[0];
-    __syncthreads();  // shared is reused by the block's next row
-    return total;
-}
-
-extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
+extern "C" __global__ void __launch_bounds__(NK_THREADS)
 softmax(const float* x, float* out, index_t rows, index_t cols) {
-    __shared__ double shared[SOFTMAX_THREADS];
+    __shared__ double shared[2][NK_THREADS];
     __shared__ float row_max;
     for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = x + r * cols;
@@ -204,23 +185,25 @@ softmax(const float* x, float* out, index_t rows, index_t cols) {
         if (threadIdx.x == 0) row_max = m;
         __syncthreads();
         m = row_max;
-        double s = 0.0;
+        double s = 0.0, unused = 0.0;
         for (index_t c = threadIdx.x; c < cols; c += blockDim.x) s += expf(xr[c] - m);
-        const float total = (float)softmax_row_sum(s, shared);  // its barriers also order row_max's reuse
+        row_tree(s, unused, shared);  // its barriers also order row_max's reuse
+        const float total = (float)s;
         float* orow = out + r * cols;
         for (index_t c = threadIdx.x; c < cols; c += blockDim.x) orow[c] = expf(xr[c] - m) / total;
     }
 }
 
-extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
+extern "C" __global__ void __launch_bounds__(NK_THREADS)
 softmax_backward(const float* y, const float* g, float* out, index_t rows, index_t cols) {
-    __shared__ double shared[SOFTMAX_THREADS];
+    __shared__ double shared[2][NK_THREADS];
     for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* yr = y + r * cols;
         const float* gr = g + r * cols;
-        double s = 0.0;
+        double s = 0.0, unused = 0.0;
         for (index_t c = threadIdx.x; c < cols; c += blockDim.x) s += (double)gr[c] * yr[c];
-        const float dot = (float)softmax_row_sum(s, shared);
+        row_tree(s, unused, shared);
+        const float dot = (float)s;
         float* orow = out + r * cols;
         for (index_t c = threadIdx.x; c < cols; c += blockDim.x) orow[c] = yr[c] * (gr[c] - dot);
     }
