@@ -7,6 +7,7 @@ per call), with the ratio against numpy measured in the same run:
     python benchmarks/bench_backend.py              # full run
     python benchmarks/bench_backend.py --quick      # smaller sizes, fewer repeats
     python benchmarks/bench_backend.py --sizes 512,1024 --threads 2
+    python benchmarks/bench_backend.py --only conv    # the rows whose name contains "conv"
 
 Every timing is the best of several repeats after a warm-up call. All numpy
 timings of a case run before all OpenMP timings of that case, with a pause
@@ -54,8 +55,8 @@ def settle():
 
 
 class Bench:
-    def __init__(self, cpu, repeats, threads):
-        self.cpu, self.repeats, self.threads = cpu, repeats, threads
+    def __init__(self, cpu, repeats, threads, only=None):
+        self.cpu, self.repeats, self.threads, self.only = cpu, repeats, threads, only
         self.rows = []
 
     def put(self, x):
@@ -65,6 +66,8 @@ class Bench:
 
     def case(self, name, unit, work, numpy_fn, omp_fn, check=None):
         """work: flops (unit GFLOP/s) or bytes (unit GB/s) per call."""
+        if self.only and not any(word in name for word in self.only):
+            return
         t_np = best_time(numpy_fn, self.repeats, min_total=0.2)
         settle()
         self.cpu.set_num_threads(self.threads)
@@ -86,7 +89,7 @@ def header(title, left="numpy", right="openmp"):
 def run_cpu(args):
     cpu = load("ndarray_backend_cpu")
     threads = args.threads or cpu.get_num_threads()
-    b = Bench(cpu, args.repeats, threads)
+    b = Bench(cpu, args.repeats, threads, args.only)
     rng = np.random.default_rng(0)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}")
     print(f"openmp threads: {threads}; instruction set: {cpu.isa()}")
@@ -180,6 +183,38 @@ def conv_rows(b, nd, rng):
                lambda: nd.winograd_weight_grad(d_img, d_g4))
 
 
+def implicit_rows(b, nd, rng):
+    """Convolutions the im2col matrix of which the backend never makes (conv_implicit and its weight
+    gradient: the windows read where they lie) against the product with the matrix made first,
+    with numpy's im2col + matmul as the reference. Shapes: ResNet9's first layer (a 7x7 kernel of
+    stride 4 on 3 channels, batch 128: an 8192 x 147 matrix) and its fifth (3x3, stride 2, 64 -> 128
+    channels on 4x4 maps, unpadded: 128 x 576)."""
+    from needle_kernels.ops import ops_conv
+
+    for n, h, c, k, s, c_out in ((128, 38, 3, 7, 4, 16), (128, 4, 64, 3, 2, 128)):
+        img = rng.standard_normal((n, h, h, c), dtype=np.float32)
+        w = rng.standard_normal((k, k, c, c_out), dtype=np.float32)
+        ho = (h - k) // s + 1
+        cols = np.lib.stride_tricks.sliding_window_view(img, (k, k), axis=(1, 2))[:, ::s, ::s]
+        g = rng.standard_normal((n * ho * ho, c_out), dtype=np.float32)
+        d_img, d_w, d_g = (nd.array(x, device=nd.cpu()) for x in (img, w, g))
+        d_g4 = d_g.reshape((n, ho, ho, c_out))
+
+        def np_cols():
+            return np.ascontiguousarray(cols.transpose(0, 1, 2, 4, 5, 3)).reshape(-1, k * k * c)
+
+        flops = 2.0 * n * ho * ho * k * k * c * c_out
+        name = f"conv {k}x{k}/{s} ({n},{h},{h},{c})->{c_out}"
+        b.case(f"{name} fwd, im2col @", "GFLOP/s", flops, lambda: np_cols() @ w.reshape(-1, c_out),
+               lambda: ops_conv._im2col_rows(d_img, k, s) @ d_w.reshape((k * k * c, c_out)))
+        b.case(f"{name} fwd, implicit", "GFLOP/s", flops, lambda: np_cols() @ w.reshape(-1, c_out),
+               lambda: nd.conv_implicit(d_img, d_w, s, 0, 0, (ho, ho)))
+        b.case(f"{name} dW, im2col @", "GFLOP/s", flops, lambda: np_cols().T @ g,
+               lambda: d_g.permute((1, 0)) @ ops_conv._im2col_rows(d_img, k, s))
+        b.case(f"{name} dW, implicit", "GFLOP/s", flops, lambda: np_cols().T @ g,
+               lambda: nd.conv_implicit_weight_grad(d_img, d_g4, k, s, 0, 0))
+
+
 def ndarray_rows(cpu, b, args, rng):
     """The same matmul through the NDArray wrapper, where it exists (Python overhead included)."""
     try:
@@ -208,6 +243,7 @@ def ndarray_rows(cpu, b, args, rng):
     b.case("NDArray im2col 3x3 (64,16,16,64)", "GB/s", 8.0 * windows.size,
            lambda: np.ascontiguousarray(windows), lambda: d_windows.compact())
     conv_rows(b, nd, rng)
+    implicit_rows(b, nd, rng)
     G = rng.standard_normal((64, 16384), dtype=np.float32)
     X = rng.standard_normal((16384, 576), dtype=np.float32)
     dG, dX = nd.array(G, device=nd.cpu()), nd.array(X, device=nd.cpu())
@@ -337,6 +373,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="OpenMP threads (default: the backend's default)")
     p.add_argument("--repeats", type=int, default=0, help="timed calls per kernel (default 10, quick 3)")
     p.add_argument("--no-cuda", action="store_true", help="skip the CUDA rows")
+    p.add_argument("--only", nargs="+", help="run only the CPU rows whose name contains one of these words")
     args = p.parse_args(argv)
     args.sizes = args.sizes or ([256, 512, 1024] if args.quick else [256, 512, 1024, 2048])
     args.repeats = args.repeats or (3 if args.quick else 10)

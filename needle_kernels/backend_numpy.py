@@ -220,6 +220,11 @@ def col2im(cols, image_shape, stride):
     return out
 
 
+def conv_implicit_runs_on(device):
+    """False: numpy mode convolves through the im2col matrix and numpy's own matrix product."""
+    return False
+
+
 def winograd_runs_on(device):
     """False: numpy mode convolves through im2col and numpy's own matrix product."""
     return False

@@ -29,6 +29,7 @@ TABLE = [
     "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent",
     "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm", "layernorm_backward",
     "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
+    "conv_implicit", "conv_implicit_weight_grad",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
          "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward"]
@@ -608,6 +609,84 @@ def test_winograd_large(backend, ref, n, h, w, c):
     np.testing.assert_array_equal(got, want)
     got, want = both(backend, ref, "winograd_output", [want], n * (h - 2) * (w - 2) * c, n, h - 2, w - 2, c)
     np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- convolution without an im2col matrix
+
+def _implicit_image(rng, n, h, w, c, layout):
+    """(buffer, (shape, strides, offset)): an NHWC image as a compact array, or as the transposed view
+    of an NCHW batch that starts 5 floats into its buffer."""
+    if layout == "nhwc":
+        image = rng.standard_normal((n, h, w, c)).astype(np.float32)
+        return image, image.ravel(), ((n, h, w, c), (h * w * c, w * c, c, 1), 0)
+    nchw = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    buffer = np.concatenate([rng.standard_normal(5).astype(np.float32), nchw.ravel()])
+    return nchw.transpose(0, 2, 3, 1), buffer, ((n, h, w, c), (c * h * w, w, 1, h * w), 5)
+
+
+def _implicit_loops(image, k, s, pad_h, pad_w, ho, wo):
+    """The im2col matrix of conv_implicit from its definition, in float64."""
+    n, h, w, c = image.shape
+    cols = np.zeros((n, ho, wo, k, k, c))
+    for i in range(ho):
+        for j in range(wo):
+            for ki in range(k):
+                for kj in range(k):
+                    y, x = i * s + ki - pad_h, j * s + kj - pad_w
+                    if 0 <= y < h and 0 <= x < w:
+                        cols[:, i, j, ki, kj] = image[:, y, x]
+    return cols.reshape(n * ho * wo, k * k * c)
+
+
+def _implicit_both(backend, ref, fn, buffer, view, other, out_size, *geometry):
+    results = []
+    for module in (backend, ref):
+        out = module.Array(out_size)
+        module.fill(out, -7.0)
+        getattr(module, fn)(put(module, buffer), *view, put(module, other.ravel()), out, *geometry)
+        results.append(get(module, out))
+    return results
+
+
+def _check_implicit(backend, ref, rng, n, h, w, c, k, s, pad_h, pad_w, ho, wo, c_out, layout):
+    image, buffer, view = _implicit_image(rng, n, h, w, c, layout)
+    weight = rng.standard_normal((k * k * c, c_out)).astype(np.float32)
+    grad = rng.standard_normal((n * ho * wo, c_out)).astype(np.float32)
+    cols = _implicit_loops(image, k, s, pad_h, pad_w, ho, wo)
+    geometry = (k, s, pad_h, pad_w, ho, wo, c_out)
+    got, want = _implicit_both(backend, ref, "conv_implicit", buffer, view, weight, n * ho * wo * c_out, *geometry)
+    tol = 1e-4 * np.sqrt(k * k * c)  # sums of k*k*c products, in another order
+    close(got, want, rtol=1e-4, atol=tol)
+    close(want, (cols @ weight).ravel(), rtol=1e-4, atol=tol)
+    got, want = _implicit_both(backend, ref, "conv_implicit_weight_grad", buffer, view, grad, k * k * c * c_out,
+                               *geometry)
+    tol = 1e-4 * np.sqrt(n * ho * wo + 1)  # sums over every pixel, in another order
+    close(got, want, rtol=1e-4, atol=tol)
+    close(want, (cols.T @ grad).ravel(), rtol=1e-4, atol=tol)
+
+
+@given_settings
+@given(st.integers(0, 3), st.integers(1, 9), st.integers(1, 9), st.sampled_from([1, 2, 3, 5, 16]),
+       st.integers(1, 5), st.integers(1, 4), st.integers(0, 3), st.integers(0, 3), st.integers(0, 2),
+       st.sampled_from([1, 3, 16, 17, 33, 40]), st.sampled_from(["nhwc", "nchw"]), st.integers(0, 2**32 - 1))
+def test_conv_implicit(backend, ref, n, h, w, c, k, s, pad_h, pad_w, reach, c_out, layout, seed):
+    """Windows that reach past every side of the image (``reach``: rows and columns of windows
+    beyond the symmetric padding's count), strides past the kernel, tails of pixel and channel tiles."""
+    ho, wo = (h + 2 * pad_h - k) // s + 1 + reach, (w + 2 * pad_w - k) // s + 1 + reach
+    _check_implicit(backend, ref, np.random.default_rng(seed), n, h, w, c, k, s, pad_h, pad_w, max(ho, 0),
+                    max(wo, 0), c_out, layout)
+
+
+@pytest.mark.parametrize("n, h, c, k, s, p, c_out, layout", [
+    (128, 32, 3, 7, 4, 3, 16, "nchw"),   # ResNet9's first layer, on its NCHW batch
+    (128, 32, 3, 7, 4, 3, 16, "nhwc"),
+    (32, 4, 32, 3, 1, 1, 32, "nhwc"),    # a residual block's 4x4 maps
+    (16, 9, 64, 3, 2, 1, 80, "nhwc"),    # 80 channels: two wide strips and a narrow one
+])
+def test_conv_implicit_large(backend, ref, n, h, c, k, s, p, c_out, layout):
+    """Many blocks of pixels over two threads, a last block cut short."""
+    ho = (h + 2 * p - k) // s + 1
+    _check_implicit(backend, ref, np.random.default_rng(h), n, h, h, c, k, s, p, p, ho, ho, c_out, layout)
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

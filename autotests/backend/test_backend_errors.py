@@ -326,6 +326,28 @@ def test_winograd_weight_grad_bad_sizes(backend, ref, sizes, dims):
     raises_like_reference(backend, ref, "winograd_weight_grad", lambda m: arrays(m, *sizes) + list(dims))
 
 
+_IMAGE = ((1, 4, 4, 2), (32, 8, 2, 1), 0)  # a compact 4x4 image of 2 channels: 32 floats
+
+
+@pytest.mark.parametrize("fn", ["conv_implicit", "conv_implicit_weight_grad"])
+@pytest.mark.parametrize("image, view, sizes, geometry", [
+    # a 3x3 kernel, stride 1, padding 1: 16 pixels by 18 taps; 3 output channels
+    (31, _IMAGE, (48, 54), (3, 1, 1, 1, 4, 4, 3)),                        # the view leaves the buffer
+    (32, ((1, 4, 4), (32, 8, 2), 0), (48, 54), (3, 1, 1, 1, 4, 4, 3)),    # three dimensions
+    (32, _IMAGE, (47, 54), (3, 1, 1, 1, 4, 4, 3)),                        # one pixel's row too few
+    (32, _IMAGE, (48, 55), (3, 1, 1, 1, 4, 4, 3)),                        # one tap's row too many
+    (32, _IMAGE, (48, 54), (0, 1, 1, 1, 4, 4, 3)),                        # no kernel
+    (32, _IMAGE, (48, 54), (3, 0, 1, 1, 4, 4, 3)),                        # stride 0
+    (32, _IMAGE, (48, 54), (3, 1, -1, 1, 4, 4, 3)),                       # negative padding
+])
+def test_conv_implicit_bad_arguments(backend, ref, fn, image, view, sizes, geometry):
+    # conv_implicit takes (image, view, w, out) and its weight gradient (image, view, g, out): the
+    # per-pixel array is out for the one and g for the other
+    per_pixel, per_tap = sizes
+    order = (per_tap, per_pixel) if fn == "conv_implicit" else (per_pixel, per_tap)
+    raises_like_reference(backend, ref, fn, lambda m: [m.Array(image), *view, *arrays(m, *order), *geometry])
+
+
 @pytest.mark.parametrize("sizes, dims", [
     ((12, 3, 3, 3), (3, 5)),        # z has 12 elements, not rows * cols = 15
     ((15, 2, 3, 3), (3, 5)),        # two labels for three rows

@@ -43,6 +43,16 @@ def np_pool(x, k, s, reduce):
     return out
 
 
+@pytest.fixture(autouse=True, params=["im2col", "implicit"])
+def conv_path(request, monkeypatch):
+    """Every test twice: convolutions through the im2col matrix, and (where the device has the
+    kernels) through the backend's implicit im2col, whatever the size of the matrix."""
+    from needle_kernels.ops import ops_conv
+
+    monkeypatch.setattr(ops_conv, "IMPLICIT_MIN_FLOATS", 0 if request.param == "implicit" else 1 << 62)
+    return request.param
+
+
 def distinct(*shape):
     # well separated values: max pooling's argmax cannot move under the finite-difference step
     return (np.random.permutation(int(np.prod(shape))).reshape(shape) * 0.1).astype(np.float32)
@@ -69,15 +79,23 @@ def test_conv_1x1_and_large_kernel(device):
     ((1, 1, 2, 2), 3, 1, 1, 3),  # different live taps along H and W: the whole kernel, as it is
     ((1, 1, 1, 2), 1, 3, 1, 1),  # no tap ever reads the image: the whole (1x1) kernel, zeros out
 ])
-def test_conv_skips_taps_that_only_meet_padding(device, shape, k, stride, padding, live):
+def test_conv_skips_taps_that_only_meet_padding(device, shape, k, stride, padding, live, monkeypatch, conv_path):
+    from needle_kernels.backend_selection import array_api
+
     check_op(lambda a, b: ndl.conv(a, b, stride=stride, padding=padding),
              lambda a, b: np_conv(a, b, stride, padding), rand(*shape), rand(k, k, shape[3], 3),
              device=device, rtol=1e-4, atol=1e-4)
     a = ndl.Tensor(rand(*shape), device=device)
     b = ndl.Tensor(rand(k, k, shape[3], 3), device=device)
+    implicit = conv_path == "implicit" and array_api.conv_implicit_runs_on(a.device)
+    if implicit:  # the backend makes no im2col matrix: see the kernel the product ran with
+        kernels = []
+        monkeypatch.setattr(array_api, "conv_implicit",
+                            lambda image, weight, *args, f=array_api.conv_implicit: kernels.append(weight.shape)
+                            or f(image, weight, *args))
     out = ndl.conv(a, b, stride=stride, padding=padding)
-    _, cols = out.saved  # the im2col matrix the op multiplied: one column per live tap and channel
-    assert cols.shape[1] == live * live * shape[3]
+    _, _, cols = out.saved  # the im2col matrix the op multiplied: one column per live tap and channel
+    assert (kernels[0][:2] == (live, live) and cols is None) if implicit else cols.shape[1] == live * live * shape[3]
 
 
 @pytest.mark.parametrize("shape, padding, grad", [
@@ -93,8 +111,8 @@ def test_conv_3x3_of_many_channels_runs_winograd(device, shape, padding, grad):
              rand(*shape), rand(3, 3, shape[3], 16), device=device, rtol=1e-4, atol=1e-4, grad=grad)
     out = ndl.conv(ndl.Tensor(rand(*shape), device=device), ndl.Tensor(rand(3, 3, shape[3], 16), device=device),
                    padding=padding)
-    _, cols = out.saved  # Winograd makes no im2col matrix in the forward pass
-    assert (cols is None) == array_api.winograd_runs_on(device)
+    _, padded, cols = out.saved  # Winograd makes no im2col matrix in the forward pass
+    assert padded is not None and (cols is None) == array_api.winograd_runs_on(device)
 
 
 def test_conv_default_padding_is_one(device):

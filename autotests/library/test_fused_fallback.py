@@ -13,7 +13,8 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
          "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3",
-         "winograd_weight_grad", "adam_update_many", "batchnorm_fold", "layernorm", "layernorm_backward", "softmax", "softmax_backward")
+         "winograd_weight_grad", "adam_update_many", "batchnorm_fold", "layernorm", "layernorm_backward", "softmax", "softmax_backward",
+         "conv_implicit", "conv_implicit_weight_grad")
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +74,56 @@ def test_winograd_kernels_check_their_arguments():
     with pytest.raises(ValueError, match="must be \\(1, 2, 2, C_out\\)"):
         ndl.backend_ndarray.winograd_weight_grad(image, ndl.backend_ndarray.NDArray(
             np.zeros((1, 4, 4, 5), np.float32), device=ndl.cpu()))
+
+
+def _strided_conv_step(device, create_graph):
+    # ResNet9's first layer on a few images: a 7x7 kernel of stride 4 over an NCHW batch
+    np.random.seed(6)
+    conv = ndl.nn.Conv(3, 16, 7, stride=4, device=device)
+    x = ndl.Tensor(np.random.randn(3, 3, 32, 32).astype(np.float32), device=device)
+    out = conv(x)
+    (out * out).sum().backward(create_graph=create_graph)
+    return [out.numpy(), x.grad.numpy()] + [p.grad.numpy() for p in conv.parameters()]
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_conv_runs_the_same_without_implicit_im2col(plain, create_graph, monkeypatch):
+    from needle_kernels.ops import ops_conv
+
+    monkeypatch.setattr(ops_conv, "IMPLICIT_MIN_FLOATS", 0)  # however small the im2col matrix
+    nd = ndl.backend_ndarray
+    assert not nd.conv_implicit_runs_on(plain) and nd.conv_implicit_runs_on(ndl.cpu_numpy())
+    for got, want in zip(_strided_conv_step(plain, create_graph), _strided_conv_step(ndl.cpu_numpy(), create_graph)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_implicit_conv_kernels_check_their_arguments():
+    nd = ndl.backend_ndarray
+    image = nd.NDArray(np.zeros((1, 4, 4, 2), np.float32), device=ndl.cpu())
+
+    def array(*shape, device=ndl.cpu()):
+        return nd.NDArray(np.zeros(shape, np.float32), device=device)
+
+    with pytest.raises(ValueError, match="weight must be \\(K, K, C_in, C_out\\)"):
+        nd.conv_implicit(image, array(3, 2, 2, 5), 1, 1, 1, (4, 4))
+    with pytest.raises(ValueError, match="for an image of 2 channels"):
+        nd.conv_implicit(image, array(3, 3, 4, 5), 1, 1, 1, (4, 4))
+    with pytest.raises(ValueError, match="needs an NHWC image"):
+        nd.conv_implicit(image[0], array(3, 3, 2, 5), 1, 1, 1, (4, 4))
+    with pytest.raises(ValueError, match="the weight must be an NDArray on"):
+        nd.conv_implicit(image, array(3, 3, 2, 5, device=ndl.cpu_numpy()), 1, 1, 1, (4, 4))
+    with pytest.raises(ValueError, match="bad geometry"):
+        nd.conv_implicit(image, array(3, 3, 2, 5), 0, 1, 1, (4, 4))
+    with pytest.raises(ValueError, match="must be \\(N, Ho, Wo, C_out\\)"):
+        nd.conv_implicit_weight_grad(image, array(2, 4, 4, 5), 3, 1, 1, 1)
+    # the windows of a transposed view are read as they lie
+    nchw = np.random.default_rng(0).standard_normal((2, 2, 5, 4)).astype(np.float32)
+    view = nd.NDArray(nchw, device=ndl.cpu()).permute((0, 2, 3, 1))
+    weight = np.random.default_rng(1).standard_normal((3, 3, 2, 3)).astype(np.float32)
+    got = nd.conv_implicit(view, nd.NDArray(weight, device=ndl.cpu()), 2, 1, 1, (3, 2)).numpy()
+    padded = np.pad(nchw.transpose(0, 2, 3, 1), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(padded[:, ki:ki + 5:2, kj:kj + 3:2] @ weight[ki, kj] for ki in range(3) for kj in range(3))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def _lstm_step(device):

@@ -145,6 +145,26 @@ def check_col2im(name, cols, out, n, h, w, c, k, s):
     return ho, wo
 
 
+def check_conv_implicit(name, image, view, k, s, pad_h, pad_w, ho, wo, c_out, per_pixel, per_tap):
+    """(n, h, w, c) of a convolution whose im2col matrix X is read from ``image``'s NHWC view
+    ``view`` = (shape, strides, offset) as ``read_view`` returns it: k x k windows of stride s on
+    the image padded by pad_h rows above and pad_w columns on the left (and below and on the
+    right as far as the ho x wo windows reach). ``per_pixel`` and ``per_tap`` are the (what,
+    array) pairs of its (n*ho*wo, c_out) and (k*k*c, c_out) operands. Raises ValueError naming
+    the problem."""
+    shape, strides, offset = view
+    if len(shape) != 4:
+        raise ValueError(f"{name}: the image view must have 4 dimensions (n, h, w, c), got shape {shape}")
+    if k < 1 or s < 1 or min(pad_h, pad_w, ho, wo, c_out) < 0:
+        raise ValueError(f"{name}: bad geometry k={k}, stride={s}, pad_h={pad_h}, pad_w={pad_w}, ho={ho}, "
+                         f"wo={wo}, c_out={c_out}")
+    check_view(image.size, shape, strides, offset, "the image")
+    n, h, w, c = shape
+    check_size(name, per_pixel[1], n * ho * wo * c_out, f"{per_pixel[0]} (n*ho*wo={n * ho * wo}, c_out={c_out})")
+    check_size(name, per_tap[1], k * k * c * c_out, f"{per_tap[0]} (k*k*c={k * k * c}, c_out={c_out})")
+    return shape
+
+
 def _winograd_tiles(name, tiles, n, h, w, c):
     # the 2x2 output tiles (th, tw) of an (n, h, w, c) image's 3x3 convolution, (h - 2) x (w - 2)
     if min(n, c) < 0 or h < 3 or w < 3:

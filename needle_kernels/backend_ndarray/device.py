@@ -170,7 +170,8 @@ _DEVICES = {}
 
 # What NDArray calls on every device (the table of ndarray_backend_numpy, which defines each
 # name). The extensions after it (matmul_batched, matmul_t, reduce_*_axis, the optimizer updates,
-# col2im, Winograd's convolution and its transforms, the fused softmax cross-entropy, batch norm and LSTM cell, the activations' adjoints,
+# col2im, the convolution without an im2col matrix and its weight gradient, Winograd's
+# convolution and its transforms, the fused softmax cross-entropy, batch norm and LSTM cell, the activations' adjoints,
 # bias_add)
 # are looked up only when an operation needs them; the fused ones run as generic array
 # operations on a device without them.
@@ -185,7 +186,8 @@ EXTENSIONS = ("matmul_batched", "matmul_tiled", "matmul_t", "reduce_sum_axis", "
               "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent", "softmax_xent_grad",
               "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm",
               "layernorm_backward", "lstm_cell", "lstm_cell_backward",
-              "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add")
+              "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add",
+              "conv_implicit", "conv_implicit_weight_grad")
 
 
 def make_device(name, module):

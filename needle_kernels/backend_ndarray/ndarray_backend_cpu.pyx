@@ -43,6 +43,7 @@ from .backend_checks import (
     check_matmul as _check_matmul,
     check_optim as _check_optim,
     check_col2im,
+    check_conv_implicit,
     check_softmax,
     check_softmax_xent,
     check_winograd_input,
@@ -113,6 +114,10 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                         Py_ssize_t n, double *dw, double *db)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
+    void nk_window_rows(const float *a, Py_ssize_t sn, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t sc, Py_ssize_t h,
+                        Py_ssize_t w, Py_ssize_t c, Py_ssize_t k, Py_ssize_t s, Py_ssize_t ph, Py_ssize_t pw,
+                        Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t r0, Py_ssize_t npix, const float *zeros,
+                        float *edge, const float **rows)
     # tile t of th x tw per image (t = (b * th + ti) * tw + tj)
     void nk_winograd_input_tile(const float *a, float *out, Py_ssize_t ld, Py_ssize_t t, Py_ssize_t th,
                                 Py_ssize_t tw, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c)
@@ -128,12 +133,20 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_direct_fn)(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, const float *A, Py_ssize_t ars,
                                   Py_ssize_t acs, const float *B, const float *Bp, float *C,
                                   float *work) noexcept nogil
+    ctypedef void (*nk_conv_fn)(Py_ssize_t nseg, Py_ssize_t seglen, const float *const *rows, const float *B,
+                                Py_ssize_t ldb, float *C, Py_ssize_t ldc, Py_ssize_t mr, Py_ssize_t nr) noexcept nogil
+    ctypedef void (*nk_convw_fn)(Py_ssize_t npix, const float *const *rows, Py_ssize_t nseg, Py_ssize_t off,
+                                 const float *G, Py_ssize_t ldg, float *S, Py_ssize_t lds, Py_ssize_t mr,
+                                 Py_ssize_t nr) noexcept nogil
     ctypedef struct nk_gemm_kernel:
         const char *name
         int mr, nr, kc, mc, nc
         nk_macro_fn macro
         int dmr, dnr
         nk_direct_fn direct
+        int cmr, cnr
+        nk_conv_fn conv, conv1
+        nk_convw_fn convw, convw1
     const nk_gemm_kernel nk_gemm_kernels[]
     const int nk_gemm_nkernels
     int nk_gemm_supported(int i)
@@ -142,6 +155,8 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     void nk_pack_b(const float *B, Py_ssize_t ldb, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
                    float *Bp)
     void *nk_aligned_alloc(size_t nbytes)
+    enum:
+        NK_DIRECT_GROUP
 
 __device_name__ = "cpu"
 __tile_size__ = 8
@@ -178,6 +193,8 @@ cdef enum:
     GEMM_PACK_MAX = 1 << 26
     # Floats of one block of Winograd tiles with their 16 products (512 KB: in an L2 here).
     WINOGRAD_BLOCK_FLOATS = 1 << 17
+    # Floats of one block of an implicit im2col matrix's rows, built and multiplied at once (64 KB)
+    CONV_IMPLICIT_BLOCK = 1 << 14
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
 cdef Py_ssize_t _direct_b = GEMM_DIRECT_B
@@ -1487,6 +1504,194 @@ def col2im(cols, out, n, h, w, c, k, s):
             for row in prange(cn * ch, num_threads=nt, schedule="static"):
                 nk_note_thread(threadid())
                 nk_col2im_row(C.data, O.data + row * cw * cc, row // ch, row % ch, cw, cc, ck, cs, cho, cwo)
+
+
+cdef struct _Windows:
+    # an NHWC image view and the windows conv_implicit reads from it (see nk_window_rows)
+    const float *a
+    Py_ssize_t sn, sh, sw, sc, h, w, c, k, s, ph, pw, ho, wo
+
+
+cdef _Windows _windows_of(str name, Array A, shape, strides, offset, k, s, pad_h, pad_w, ho, wo, c_out,
+                          per_pixel, per_tap) except *:
+    view = _read_view(name, shape, strides, offset)
+    dims = [_int(name, what, x) for what, x in (("k", k), ("s", s), ("pad_h", pad_h), ("pad_w", pad_w),
+                                                ("ho", ho), ("wo", wo), ("c_out", c_out))]
+    n, h, w, c = check_conv_implicit(name, A, view, *dims, per_pixel, per_tap)
+    st = view[1]
+    cdef _Windows geo
+    geo.a = A.data + <Py_ssize_t>view[2]
+    geo.sn, geo.sh, geo.sw, geo.sc = st[0], st[1], st[2], st[3]
+    geo.h, geo.w, geo.c = h, w, c
+    geo.k, geo.s, geo.ph, geo.pw, geo.ho, geo.wo = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]
+    return geo
+
+
+cdef inline void _window_rows(const _Windows *g, Py_ssize_t r0, Py_ssize_t npix, const float *zeros, float *edge,
+                              const float **rows) noexcept nogil:
+    nk_window_rows(g.a, g.sn, g.sh, g.sw, g.sc, g.h, g.w, g.c, g.k, g.s, g.ph, g.pw, g.ho, g.wo, r0, npix, zeros,
+                   edge, rows)
+
+
+cdef inline Py_ssize_t _conv_block_pixels(const _Windows *g, Py_ssize_t floats, int multiple) noexcept nogil:
+    """Pixels per block: their windows take about ``floats`` (were they all copied), a multiple of ``multiple``."""
+    cdef Py_ssize_t npix = floats // (g.k * g.k * g.c if g.c > 0 else 1) // multiple * multiple
+    return npix if npix > multiple else multiple
+
+
+cdef void _conv_implicit_block(const nk_gemm_kernel *kern, const _Windows *g, const float *Wp, float *O,
+                               Py_ssize_t co, Py_ssize_t m, Py_ssize_t npix, Py_ssize_t blk, const float *zeros,
+                               float *edge, const float **rows) noexcept nogil:
+    """Output rows blk * npix .. of O (m x co) by kern.conv, a tile of cmr pixels by a strip of cnr channels at a time."""
+    cdef Py_ssize_t r0 = blk * npix, rows_here = npix if npix < m - r0 else m - r0, i, j
+    cdef Py_ssize_t kc = g.k * g.c, width = g.k * kc, CMR = kern.cmr, CNR = kern.cnr
+    _window_rows(g, r0, rows_here, zeros, edge, rows)
+    cdef nk_conv_fn conv
+    i = 0
+    while i < rows_here:
+        j = 0
+        while j < co:
+            conv = kern.conv1 if co - j <= CNR // 2 else kern.conv
+            conv(g.k, kc, rows + i * g.k, Wp + j * width, CNR, O + (r0 + i) * co + j, co,
+                 CMR if CMR < rows_here - i else rows_here - i, CNR if CNR < co - j else co - j)
+            j += CNR
+        i += CMR
+
+
+def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo, c_out):
+    """out = X @ w, X the im2col matrix of an NHWC image view (see the reference), never built:
+    the convolution kernel (kern.conv) reads each pixel's window where it lies in the image,
+    through a table of pointers to the window's k rows (k * c contiguous floats each in an NHWC
+    image); only rows that cross the image's edge, or all of them where the image's pixels are
+    not contiguous (a transposed NCHW batch), are gathered into a per-thread buffer first.
+    Neither X (4.8 MB for ResNet9's first layer) nor a padded copy of the image is made."""
+    cdef Array A = _arr("conv_implicit", "a", a)
+    cdef Array W = _arr("conv_implicit", "w", w)
+    cdef Array O = _arr("conv_implicit", "out", out)
+    cdef _Windows geo = _windows_of("conv_implicit", A, shape, strides, offset, k, s, pad_h, pad_w, ho, wo, c_out,
+                                    ("out", O), ("w", W))
+    cdef Py_ssize_t co = c_out, kc = geo.k * geo.c, width = geo.k * kc, m = shape[0] * geo.ho * geo.wo
+    cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
+    cdef Py_ssize_t npix, nblocks, per, blk
+    if m == 0 or co == 0:
+        return
+    if width == 0:
+        fill(O, 0.0)
+        return
+    npix = _conv_block_pixels(&geo, CONV_IMPLICIT_BLOCK, kern.cmr)
+    nblocks = (m + npix - 1) // npix
+    cdef int nt = _threads_for(2 * m * width * co // 64), tid
+    if nt > nblocks:
+        nt = <int>nblocks
+    per = npix * width + npix * geo.k * 2  # the edge rows, and the row table (a pointer is two floats)
+    cdef float *Wp = <float *>nk_aligned_alloc(width * ((co + kern.cnr - 1) // kern.cnr) * kern.cnr * sizeof(float))
+    cdef float *zeros = <float *>nk_aligned_alloc(kc * sizeof(float))
+    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    if Wp == NULL or zeros == NULL or buf == NULL:
+        free(Wp)
+        free(zeros)
+        free(buf)
+        raise MemoryError("conv_implicit: cannot allocate block buffers")
+    nk_reset_threads()
+    with nogil:
+        memset(zeros, 0, kc * sizeof(float))
+        nk_pack_b(W.data, co, width, 0, co, kern.cnr, Wp)
+        if nt == 1:
+            nk_note_thread(0)
+            for blk in range(nblocks):
+                _conv_implicit_block(kern, &geo, Wp, O.data, co, m, npix, blk, zeros, buf,
+                                     <const float **>(buf + npix * width))
+        else:
+            for blk in prange(nblocks, num_threads=nt, schedule="static"):
+                tid = threadid()
+                nk_note_thread(tid)
+                _conv_implicit_block(kern, &geo, Wp, O.data, co, m, npix, blk, zeros, buf + tid * per,
+                                     <const float **>(buf + tid * per + npix * width))
+    free(Wp)
+    free(zeros)
+    free(buf)
+
+
+cdef void _conv_implicit_grad_block(const nk_gemm_kernel *kern, const _Windows *g, const float *G, Py_ssize_t co,
+                                    Py_ssize_t m, Py_ssize_t npix, Py_ssize_t blk, const float *zeros, float *S,
+                                    Py_ssize_t lds, float *Gp, float *edge, const float **rows) noexcept nogil:
+    """S (k*k*c x lds) += (the windows of block blk's pixels)^T @ (their rows of G), by kern.convw:
+    a tile of cmr taps of one window row by a strip of cnr channels at a time, over all the block's pixels."""
+    cdef Py_ssize_t r0 = blk * npix, n = npix if npix < m - r0 else m - r0, ki, t, j
+    cdef Py_ssize_t kc = g.k * g.c, CMR = kern.cmr, CNR = kern.cnr
+    _window_rows(g, r0, n, zeros, edge, rows)
+    nk_pack_b(G + r0 * co, co, n, 0, co, <int>CNR, Gp)  # strip j of the block's g at Gp + j * n
+    cdef nk_convw_fn convw
+    for ki in range(g.k):
+        t = 0
+        while t < kc:
+            j = 0
+            while j < co:
+                convw = kern.convw1 if co - j <= CNR // 2 else kern.convw
+                convw(n, rows + ki, g.k, t, Gp + j * n, CNR, S + (ki * kc + t) * lds + j, lds,
+                      CMR if CMR < kc - t else kc - t, CNR if CNR < co - j else co - j)
+                j += CNR
+            t += CMR
+
+
+def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pad_w, ho, wo, c_out):
+    """out = X^T @ g, X the im2col matrix of conv_implicit, never built: the threads split the
+    pixels; for each block of them, the weight-gradient kernel (kern.convw) reads their windows
+    through a row table as conv_implicit does and adds (windows)^T @ g into the thread's own
+    (k*k*c, c_out) sum; the sums are added into out at the end."""
+    cdef Array A = _arr("conv_implicit_weight_grad", "a", a)
+    cdef Array G = _arr("conv_implicit_weight_grad", "g", g)
+    cdef Array O = _arr("conv_implicit_weight_grad", "out", out)
+    cdef _Windows geo = _windows_of("conv_implicit_weight_grad", A, shape, strides, offset, k, s, pad_h, pad_w, ho,
+                                    wo, c_out, ("g", G), ("out", O))
+    cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
+    cdef Py_ssize_t co = c_out, kc = geo.k * geo.c, width = geo.k * kc, m = shape[0] * geo.ho * geo.wo
+    cdef Py_ssize_t lds = (co + kern.cnr - 1) // kern.cnr * kern.cnr, size = width * lds
+    cdef Py_ssize_t npix, nblocks, per, blk, i, t
+    cdef int tid
+    if width * co == 0:
+        return
+    if m == 0:
+        fill(O, 0.0)
+        return
+    npix = _conv_block_pixels(&geo, GEMM_KSPLIT_BLOCK_B, 16)
+    nblocks = (m + npix - 1) // npix
+    cdef int nt = _threads_for(2 * m * width * co // 64)
+    if nt > nblocks:
+        nt = <int>nblocks
+    # per thread: its sum, the block's g in strips, the edge rows, the row table
+    per = size + npix * lds + npix * width + npix * geo.k * 2
+    cdef float *zeros = <float *>nk_aligned_alloc(kc * sizeof(float))
+    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    if zeros == NULL or buf == NULL:
+        free(zeros)
+        free(buf)
+        raise MemoryError("conv_implicit_weight_grad: cannot allocate block buffers")
+    nk_reset_threads()
+    with nogil:
+        memset(zeros, 0, kc * sizeof(float))
+        for tid in range(nt):
+            memset(buf + tid * per, 0, size * sizeof(float))
+        if nt == 1:
+            nk_note_thread(0)
+            for blk in range(nblocks):
+                _conv_implicit_grad_block(kern, &geo, G.data, co, m, npix, blk, zeros, buf, lds, buf + size,
+                                          buf + size + npix * lds,
+                                          <const float **>(buf + size + npix * lds + npix * width))
+        else:
+            for blk in prange(nblocks, num_threads=nt, schedule="static"):
+                tid = threadid()
+                nk_note_thread(tid)
+                _conv_implicit_grad_block(kern, &geo, G.data, co, m, npix, blk, zeros, buf + tid * per, lds,
+                                          buf + tid * per + size, buf + tid * per + size + npix * lds,
+                                          <const float **>(buf + tid * per + size + npix * lds + npix * width))
+        for tid in range(1, nt):
+            for i in range(size):
+                buf[i] += buf[tid * per + i]
+        for t in range(width):
+            memcpy(O.data + t * co, buf + t * lds, co * sizeof(float))
+    free(zeros)
+    free(buf)
 
 
 def winograd_input(a, out, n, h, w, c):

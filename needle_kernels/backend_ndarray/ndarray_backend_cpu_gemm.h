@@ -30,12 +30,21 @@ typedef void (*nk_macro_fn)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc, const floa
 typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, ptrdiff_t ars,
                              ptrdiff_t acs, const float *B, const float *Bp, float *C, float *work);
 
+typedef void (*nk_conv_fn)(ptrdiff_t nseg, ptrdiff_t seglen, const float *const *rows, const float *B,
+                           ptrdiff_t ldb, float *C, ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr);
+
+typedef void (*nk_convw_fn)(ptrdiff_t npix, const float *const *rows, ptrdiff_t nseg, ptrdiff_t off,
+                            const float *G, ptrdiff_t ldg, float *S, ptrdiff_t lds, ptrdiff_t mr, ptrdiff_t nr);
+
 typedef struct {
     const char *name;
     int mr, nr, kc, mc, nc;
     nk_macro_fn macro;
     int dmr, dnr;       /* the direct kernel's tile */
     nk_direct_fn direct;
+    int cmr, cnr;       /* the convolution kernels' tile: cmr pixels (or taps) x cnr (two vectors) */
+    nk_conv_fn conv, conv1;     /* (conv1, convw1: a last strip at most one vector wide) */
+    nk_convw_fn convw, convw1;
 } nk_gemm_kernel;
 
 #ifndef NK_CAT
@@ -212,26 +221,121 @@ typedef struct {
         }                                                                                       \
     }
 
+/* The convolution kernels of conv_implicit: the direct kernel's product with A's rows read
+ * where they lie. A pixel's row of the im2col matrix is its k x k window, k rows of seglen =
+ * k * c floats, contiguous each in an NHWC image but k image rows apart; a table gives the
+ * rows: rows[p * nseg + ki] points at row ki of pixel p's window (in the image, or at zeros
+ * or a gathered copy where the window leaves the image), so no im2col matrix is built.
+ *
+ * conv (the forward product): C (mr x nr, ldc) = the windows of the mr <= CMR pixels of
+ * rows[0 .. mr * nseg) @ B, B a strip of nr <= NV * W columns of the (nseg * seglen) x c_out
+ * weight, packed (nk_pack_b: its rows ldb floats apart). CMR x NV vector accumulators.
+ *
+ * convw (the weight gradient): S (mr x nr, lds) += the sum over npix pixels p of
+ * rows[p * nseg][off + i] * G[p * ldg + j]: the taps off .. off + mr of one row of the windows
+ * (rows already offset to that row) times a strip of nr <= NV * W columns of g (packed).
+ *
+ * Each comes with NV = 2 (wide strips) and NV = 1 (a last strip at most one vector wide). */
+#define NK_DEFINE_CONV_NV(SUFFIX, NAME, ATTR, W, CMR, NV)                                       \
+    ATTR static void NK_CAT(NK_CAT(nk_conv_, NAME), SUFFIX)(                                    \
+        ptrdiff_t nseg, ptrdiff_t seglen, const float *const *rows, const float *restrict B,    \
+        ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr)            \
+    {                                                                                           \
+        typedef NK_CAT(nk_dvec_, NAME) vec;                                                     \
+        vec acc[CMR][NV];                                                                       \
+        _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++)                                \
+            _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] = (vec){0};        \
+        for (ptrdiff_t ki = 0; ki < nseg; ki++) {                                               \
+            const float *a[CMR];                                                                \
+            /* rows past mr repeat the first pixel's: read, multiplied, never stored */        \
+            _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++)                            \
+                a[i] = rows[(i < mr ? i : 0) * nseg + ki];                                      \
+            for (ptrdiff_t t = 0; t < seglen; t++) {                                            \
+                vec b[NV];                                                                      \
+                _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++)                          \
+                    memcpy(&b[v], B + v * (W), sizeof(vec));                                    \
+                B += ldb;                                                                       \
+                _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++) {                      \
+                    const float x = a[i][t];                                                    \
+                    _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] += x * b[v]; \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+        float tile[(CMR) * (NV) * (W)];                                                         \
+        memcpy(tile, acc, sizeof(tile));                                                        \
+        for (ptrdiff_t i = 0; i < mr; i++)                                                      \
+            memcpy(C + i * ldc, tile + i * (NV) * (W), (size_t)nr * sizeof(float));            \
+    }                                                                                           \
+    ATTR static void NK_CAT(NK_CAT(nk_convw_, NAME), SUFFIX)(                                   \
+        ptrdiff_t npix, const float *const *rows, ptrdiff_t nseg, ptrdiff_t off,                \
+        const float *restrict G, ptrdiff_t ldg, float *restrict S, ptrdiff_t lds, ptrdiff_t mr, \
+        ptrdiff_t nr)                                                                           \
+    {                                                                                           \
+        typedef NK_CAT(nk_dvec_, NAME) vec;                                                     \
+        vec acc[CMR][NV];                                                                       \
+        _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++)                                \
+            _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] = (vec){0};        \
+        /* the same loop twice, so a whole tile reads its taps at constant offsets; in the     \
+         * last, partial one the taps past mr repeat the first (inside the row, never stored) */ \
+        if (mr == (CMR)) {                                                                      \
+            for (ptrdiff_t p = 0; p < npix; p++) {                                              \
+                const float *a = rows[p * nseg] + off;                                          \
+                vec b[NV];                                                                      \
+                _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++)                          \
+                    memcpy(&b[v], G + p * ldg + v * (W), sizeof(vec));                          \
+                _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++) {                      \
+                    const float x = a[i];                                                       \
+                    _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] += x * b[v]; \
+                }                                                                               \
+            }                                                                                   \
+        } else {                                                                                \
+            for (ptrdiff_t p = 0; p < npix; p++) {                                              \
+                const float *a = rows[p * nseg] + off;                                          \
+                vec b[NV];                                                                      \
+                _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++)                          \
+                    memcpy(&b[v], G + p * ldg + v * (W), sizeof(vec));                          \
+                _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++) {                      \
+                    const float x = a[i < mr ? i : 0];                                          \
+                    _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] += x * b[v]; \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+        float tile[(CMR) * (NV) * (W)];                                                         \
+        memcpy(tile, acc, sizeof(tile));                                                        \
+        for (ptrdiff_t i = 0; i < mr; i++)                                                      \
+            for (ptrdiff_t j = 0; j < nr; j++) S[i * lds + j] += tile[i * (NV) * (W) + j];      \
+    }
+
+#define NK_DEFINE_CONV(NAME, ATTR, W, CMR)                                                      \
+    NK_DEFINE_CONV_NV(2, NAME, ATTR, W, CMR, 2)                                                 \
+    NK_DEFINE_CONV_NV(1, NAME, ATTR, W, CMR, 1)
+
 /* Baseline: 4-wide vectors, 6 x 8 tile = 12 accumulators + 2 + 1 <= 16 xmm. */
 NK_DEFINE_GEMM(generic, , 4, 6, 2)
 NK_DEFINE_GEMM_DIRECT(generic, , 4, 4, 2)
+NK_DEFINE_CONV(generic, , 4, 4)
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define NK_GEMM_X86 1
 /* AVX2+FMA: 8-wide, 6 x 16 tile = 12 accumulators + 2 + 1 <= 16 ymm. */
 NK_DEFINE_GEMM(avx2, __attribute__((target("avx2,fma"))), 8, 6, 2)
 NK_DEFINE_GEMM_DIRECT(avx2, __attribute__((target("avx2,fma"))), 8, 4, 2)
+NK_DEFINE_CONV(avx2, __attribute__((target("avx2,fma"))), 8, 4)
 /* AVX-512: 16-wide, 12 x 32 tile = 24 accumulators + 2 + 1 <= 32 zmm. */
 NK_DEFINE_GEMM(avx512, __attribute__((target("avx512f,avx2,fma"))), 16, 12, 2)
 NK_DEFINE_GEMM_DIRECT(avx512, __attribute__((target("avx512f,avx2,fma"))), 16, 4, 2)
+NK_DEFINE_CONV(avx512, __attribute__((target("avx512f,avx2,fma"))), 16, 8)
 #endif
 
 static const nk_gemm_kernel nk_gemm_kernels[] = {
 #ifdef NK_GEMM_X86
-    {"avx512", 12, 32, 256, 192, 4096, nk_macro_avx512, 4, 32, nk_direct_avx512},
-    {"avx2", 6, 16, 256, 192, 4096, nk_macro_avx2, 4, 16, nk_direct_avx2},
+    {"avx512", 12, 32, 256, 192, 4096, nk_macro_avx512, 4, 32, nk_direct_avx512, 8, 32, nk_conv_avx5122,
+     nk_conv_avx5121, nk_convw_avx5122, nk_convw_avx5121},
+    {"avx2", 6, 16, 256, 192, 4096, nk_macro_avx2, 4, 16, nk_direct_avx2, 4, 16, nk_conv_avx22, nk_conv_avx21,
+     nk_convw_avx22, nk_convw_avx21},
 #endif
-    {"generic", 6, 8, 256, 192, 4096, nk_macro_generic, 4, 8, nk_direct_generic},
+    {"generic", 6, 8, 256, 192, 4096, nk_macro_generic, 4, 8, nk_direct_generic, 4, 8, nk_conv_generic2,
+     nk_conv_generic1, nk_convw_generic2, nk_convw_generic1},
 };
 static const int nk_gemm_nkernels = sizeof(nk_gemm_kernels) / sizeof(nk_gemm_kernels[0]);
 

@@ -265,6 +265,49 @@ NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t
     }
 }
 
+/* The row table of conv_implicit's convolution kernels (see the gemm header) for the pixels
+ * r0 .. r0 + npix: rows[p * k + ki] points at the k * c floats of row ki of pixel p's k x k
+ * window, at (i*s - ph + ki, j*s - pw) of the NHWC image a[b*sn + y*sh + x*sw + ch*sc]
+ * (h x w x c). Where the row lies inside an image whose pixels are contiguous (sc == 1,
+ * sw == c) it is the image's own memory; wholly outside, ``zeros`` (k * c zeros); otherwise
+ * a copy gathered into ``edge`` (zero outside the image), which holds at most npix * k * k * c
+ * floats. */
+static void nk_window_rows(const float *a, ptrdiff_t sn, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t sc, ptrdiff_t h,
+                           ptrdiff_t w, ptrdiff_t c, ptrdiff_t k, ptrdiff_t s, ptrdiff_t ph, ptrdiff_t pw,
+                           ptrdiff_t ho, ptrdiff_t wo, ptrdiff_t r0, ptrdiff_t npix, const float *zeros,
+                           float *edge, const float **rows)
+{
+    const ptrdiff_t kc = k * c;
+    const int dense = sc == 1 && sw == c;
+    for (ptrdiff_t p = 0; p < npix; p++) {
+        const ptrdiff_t q = r0 + p, j = q % wo, i = q / wo % ho, b = q / wo / ho;
+        const ptrdiff_t x0 = j * s - pw;
+        /* the taps kj_lo .. kj_hi - 1 of every window row fall inside the image's columns */
+        const ptrdiff_t kj_lo = x0 < 0 ? (-x0 < k ? -x0 : k) : 0;
+        const ptrdiff_t kj_hi = w - x0 < k ? (w - x0 > kj_lo ? w - x0 : kj_lo) : k;
+        const int whole = dense && kj_lo == 0 && kj_hi == k;
+        for (ptrdiff_t ki = 0; ki < k; ki++) {
+            const ptrdiff_t y = i * s + ki - ph;
+            if (y < 0 || y >= h || kj_hi == kj_lo) {
+                rows[p * k + ki] = zeros;
+                continue;
+            }
+            const float *src = a + b * sn + y * sh + (x0 + kj_lo) * sw;
+            if (whole) {
+                rows[p * k + ki] = src;
+                continue;
+            }
+            float *d = edge;
+            edge += kc;
+            rows[p * k + ki] = d;
+            for (ptrdiff_t t = 0; t < kj_lo * c; t++) d[t] = 0.0f;
+            for (ptrdiff_t kj = kj_lo; kj < kj_hi; kj++)
+                for (ptrdiff_t ch = 0; ch < c; ch++) d[kj * c + ch] = src[(kj - kj_lo) * sw + ch * sc];
+            for (ptrdiff_t t = kj_hi * c; t < kc; t++) d[t] = 0.0f;
+        }
+    }
+}
+
 /* ------------------------------------------------------------ Winograd F(2x2, 3x3)
  *
  * A 3x3 convolution of stride 1 computes each 2x2 block of outputs from a 4x4 tile d of

@@ -25,6 +25,7 @@ from .backend_checks import (
     check_batchnorm,
     check_bias_add,
     check_col2im,
+    check_conv_implicit,
     check_labels,
     check_layernorm,
     check_lstm,
@@ -336,6 +337,44 @@ def col2im(cols, out, n, h, w, c, k, s):
     for ki in range(k):
         for kj in range(k):
             img[:, ki:ki + s * (ho - 1) + 1:s, kj:kj + s * (wo - 1) + 1:s, :] += windows[:, :, :, ki, kj, :]
+
+
+def _implicit_cols(a, view, k, s, pad_h, pad_w, ho, wo):
+    """The im2col matrix X (n*ho*wo, k*k*c) that conv_implicit multiplies, made explicit."""
+    n, h, w, c = view[0]
+    # zero padding as far as the windows reach (none needed past the image's own rows)
+    hp, wp = max(h + pad_h, (ho - 1) * s + k), max(w + pad_w, (wo - 1) * s + k)
+    padded = np.zeros((n, hp, wp, c), np.float32)
+    padded[:, pad_h:pad_h + h, pad_w:pad_w + w] = _view(a, *view, what="the image")
+    st = padded.strides
+    windows = np.lib.stride_tricks.as_strided(padded, (n, ho, wo, k, k, c),
+                                              (st[0], st[1] * s, st[2] * s, st[1], st[2], st[3]))
+    return windows.reshape(n * ho * wo, k * k * c)
+
+
+def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo, c_out):
+    """out (n*ho*wo, c_out) = X @ w for the compact w (k*k*c, c_out), where X is the im2col matrix
+    of the NHWC image given as the strided view (shape (n, h, w, c), strides, offset) of a:
+
+        X[(b*ho + i)*wo + j, (ki*k + kj)*c + ch] = image[b, i*s + ki - pad_h, j*s + kj - pad_w, ch],
+
+    0 where that falls outside the image (zero padding, on every side). The native backends
+    never make X: they build a few of its rows at a time where the product reads them, so a
+    convolution costs no im2col matrix in memory, nor a padded or compact copy of the image."""
+    view = read_view("conv_implicit", shape, strides, offset)
+    check_conv_implicit("conv_implicit", a, view, k, s, pad_h, pad_w, ho, wo, c_out, ("out", out), ("w", w))
+    cols = _implicit_cols(a, view, k, s, pad_h, pad_w, ho, wo)
+    out.array[:] = (cols @ w.array.reshape(cols.shape[1], c_out)).ravel()
+
+
+def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pad_w, ho, wo, c_out):
+    """out (k*k*c, c_out) = X^T @ g for the compact g (n*ho*wo, c_out): the weight gradient of
+    conv_implicit, X the im2col matrix of the image view described there."""
+    view = read_view("conv_implicit_weight_grad", shape, strides, offset)
+    check_conv_implicit("conv_implicit_weight_grad", a, view, k, s, pad_h, pad_w, ho, wo, c_out, ("g", g),
+                        ("out", out))
+    cols = _implicit_cols(a, view, k, s, pad_h, pad_w, ho, wo)
+    out.array[:] = (cols.T @ g.array.reshape(cols.shape[0], c_out)).ravel()
 
 
 # Winograd F(2x2, 3x3): a 3x3 convolution of stride 1 as 16 matrix products over the

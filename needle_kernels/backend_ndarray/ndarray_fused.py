@@ -98,6 +98,54 @@ def col2im(cols, image_shape, stride):
     return out
 
 
+def conv_implicit_runs_on(device):
+    """Whether ``device`` convolves without an im2col matrix (``conv_implicit`` and its weight
+    gradient); convolution makes the matrix where not."""
+    return _has_kernel(device, "conv_implicit") and _has_kernel(device, "conv_implicit_weight_grad")
+
+
+def _implicit_image(name, image, k, stride, pad_h, pad_w, out_hw, **other):
+    if not isinstance(image, NDArray) or image.ndim != 4:
+        raise ValueError(f"{name}: needs an NHWC image, got shape {getattr(image, 'shape', None)}")
+    (what, arr), = other.items()
+    if not isinstance(arr, NDArray) or (arr._device is not image._device and arr._device != image._device):
+        raise ValueError(f"{name}: the {what} must be an NDArray on {image.device}, got "
+                         f"{getattr(arr, 'device', type(arr).__name__)}")
+    return image._shape, (image._shape, image._strides, image._offset, int(k), int(stride), int(pad_h),
+                          int(pad_w), int(out_hw[0]), int(out_hw[1]))
+
+
+def conv_implicit(image, weight, stride, pad_h, pad_w, out_hw):
+    """(N, Ho, Wo, C_out): the convolution of the NHWC ``image`` (N, H, W, C), any strides (a
+    transposed NCHW batch is read as it is), by ``weight`` (K, K, C, C_out) with stride ``stride``,
+    the image zero-padded by ``pad_h`` rows above and ``pad_w`` columns on the left and as far as
+    the ``out_hw`` = (Ho, Wo) windows reach below and on the right. No im2col matrix is made."""
+    if not isinstance(weight, NDArray) or weight.ndim != 4 or weight.shape[0] != weight.shape[1]:
+        raise ValueError(f"conv_implicit: weight must be (K, K, C_in, C_out), got shape {getattr(weight, 'shape', None)}")
+    k, c_out = weight.shape[0], weight.shape[3]
+    shape, args = _implicit_image("conv_implicit", image, k, stride, pad_h, pad_w, out_hw, weight=weight)
+    if weight.shape[2] != shape[3]:
+        raise ValueError(f"conv_implicit: weight {weight.shape} for an image of {shape[3]} channels {shape}")
+    out = NDArray._new((shape[0], args[7], args[8], c_out), image._device)
+    image._device.conv_implicit(image._handle, *args[:3], weight.compact()._handle, out._handle, *args[3:], c_out)
+    return out
+
+
+def conv_implicit_weight_grad(image, grad, k, stride, pad_h, pad_w):
+    """(K, K, C, C_out): the weight gradient of ``conv_implicit(image, weight, stride, pad_h,
+    pad_w, (Ho, Wo))`` whose output gradient is ``grad`` (N, Ho, Wo, C_out)."""
+    if not isinstance(grad, NDArray) or grad.ndim != 4 or grad.shape[0] != getattr(image, "shape", (None,))[0]:
+        raise ValueError(f"conv_implicit_weight_grad: a gradient of shape {getattr(grad, 'shape', None)} for an "
+                         f"image of {getattr(image, 'shape', None)}: it must be (N, Ho, Wo, C_out)")
+    shape, args = _implicit_image("conv_implicit_weight_grad", image, k, stride, pad_h, pad_w, grad.shape[1:3],
+                                  gradient=grad)
+    c_out = grad.shape[3]
+    out = NDArray._new((args[3], args[3], shape[3], c_out), image._device)
+    image._device.conv_implicit_weight_grad(image._handle, *args[:3], grad.compact()._handle, out._handle, *args[3:],
+                                            c_out)
+    return out
+
+
 def winograd_runs_on(device):
     """Whether ``device`` has Winograd's convolution and its weight gradient (convolution uses
     im2col where not)."""

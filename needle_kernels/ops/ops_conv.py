@@ -185,6 +185,12 @@ WINOGRAD_MIN_CHANNELS = 16
 # Its weight gradient (F(3x3, 2x2)) gains only on larger maps: bench_backend's "conv 3x3 dW" rows
 # put it 2.5x ahead of im2col's product on 16x16 maps and behind on ResNet9's 4x4 ones
 WINOGRAD_DW_MIN_PIXELS = 64
+# An im2col matrix this big (1 MB of floats, an L2 here) or bigger is not made where the backend
+# reads the windows where they lie (conv_implicit). bench_backend.py's "implicit" rows: on ResNet9's
+# first layer (an 8192 x 147 matrix) the in-place kernels ran 1.7x (forward) and 1.8x (weight
+# gradient) faster than making the matrix and multiplying; on its fifth (128 x 576), making it
+# and the packed product ran 1.4x faster both ways
+IMPLICIT_MIN_FLOATS = 1 << 18
 # G (4 x 3) of F(2x2, 3x3); kron(G, G) (16 x 9) maps a flattened 3x3 kernel to its 4x4 transform
 _WINOGRAD_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], numpy.float32)
 _WINOGRAD_GG = numpy.kron(_WINOGRAD_G, _WINOGRAD_G)
@@ -196,9 +202,12 @@ def _winograd_gg(device):
     return array_api.array(_WINOGRAD_GG, device=device)
 
 
+def _winograd_shape(k, stride, c_in, c_out):
+    return k == 3 and stride == 1 and min(c_in, c_out) >= WINOGRAD_MIN_CHANNELS
+
+
 def _winograd_fits(image, k, stride, c_in, c_out):
-    return (k == 3 and stride == 1 and min(c_in, c_out) >= WINOGRAD_MIN_CHANNELS
-            and array_api.winograd_runs_on(device_of(image)))
+    return _winograd_shape(k, stride, c_in, c_out) and array_api.winograd_runs_on(device_of(image))
 
 
 def _winograd_conv3x3(image, weight):
@@ -239,19 +248,30 @@ class Conv(TensorOp):
             )
         k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
         lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
-        if any(any(pw) for pw in pad_width):
-            A = array_api.pad(A, pad_width)
         if hi - lo + 1 < k:
             B = B[lo:hi + 1, lo:hi + 1]
         kl = hi - lo + 1
+        ho, wo = ((_padded_size(size, pw) - kl) // self.stride + 1 for size, pw in zip(A.shape[1:3], pad_width[1:3]))
+        image = A
+        if not _winograd_shape(kl, self.stride, c_in, c_out) and _implicit_pays(A, A.shape[0] * ho * wo, kl * kl * c_in):
+            # the backend reads the windows from A itself: no padded copy, no im2col matrix, and
+            # the weight gradient reads them again from A (saved: the image alone). Its kernels
+            # read a window's rows in place where a pixel's channels are contiguous: a view
+            # whose are not (a transposed NCHW batch) is copied once for both passes
+            strides = element_strides(A)
+            if strides[3] != 1 or strides[2] != c_in:
+                image = A = A.compact()
+            out = array_api.conv_implicit(A, B, self.stride, pad_width[1][0], pad_width[2][0], (ho, wo))
+            return SavedForBackward(out, (image, None, None))
+        if any(any(pw) for pw in pad_width):
+            A = array_api.pad(A, pad_width)
         if _winograd_fits(A, kl, self.stride, c_in, c_out):
             # dB's im2col matrix is made in the backward pass, if it is needed
-            return SavedForBackward(_winograd_conv3x3(A, B), (A, None))
+            return SavedForBackward(_winograd_conv3x3(A, B), (image, A, None))
         cols = _im2col_rows(A, kl, self.stride)
         out = cols @ array_api.reshape(B, (kl * kl * c_in, c_out))
-        n, ho, wo = (A.shape[0],) + tuple((size - kl) // self.stride + 1 for size in A.shape[1:3])
         # the gradient needs exactly these arrays again: the node keeps them, not the op
-        return SavedForBackward(array_api.reshape(out, (n, ho, wo, c_out)), (A, cols))
+        return SavedForBackward(array_api.reshape(out, (A.shape[0], ho, wo, c_out)), (image, A, cols))
 
     def gradient(self, out_grad, node):
         A, B = node.inputs
@@ -260,8 +280,9 @@ class Conv(TensorOp):
         return self.gradient_of(A, B, out_grad, node.saved, A.requires_grad, B.requires_grad)
 
     def gradient_of(self, A, B, out_grad, saved, need_a, need_b):
-        """(dA, dB) for the NHWC Tensors A, B and the arrays ``saved`` by compute; None for a
-        gradient not needed (``need_a``, ``need_b``: A's is the costly half, with col2im)."""
+        """(dA, dB) for the NHWC Tensors A, B and the arrays ``saved`` by compute (the input, the
+        padded input and the im2col matrix, the last two None where compute made none); None for
+        a gradient not needed (``need_a``, ``need_b``: A's is the costly half, with col2im)."""
         if not autograd.RECORDING:
             # nothing will differentiate them (backward with create_graph=False): the arrays
             # alone, without the dozen graph nodes per layer that the graph below makes
@@ -273,10 +294,12 @@ class Conv(TensorOp):
         lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
         kl, padded_image = hi - lo + 1, any(any(pw) for pw in pad_width)
         taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
-        padded_data, cols_data = saved
+        image, padded_data, cols_data = saved
         dA = dB = None
         if need_b:
-            if cols_data is None:  # a forward by Winograd kept no im2col matrix
+            if padded_data is None:  # an implicit forward padded nothing
+                padded_data = array_api.pad(image, pad_width) if padded_image else image
+            if cols_data is None:  # nor did it, or Winograd, keep an im2col matrix
                 cols_data = _im2col_rows(padded_data, kl, self.stride)
             # Rebuild the forward's im2col chain as graph nodes around the arrays
             # already computed, so dB stays differentiable with respect to A.
@@ -295,7 +318,7 @@ class Conv(TensorOp):
             live = crop(B, taps) if kl < k else B
             grad2d = reshape(out_grad, (n * ho * wo, c_out))
             dcols = reshape(grad2d @ transpose(reshape(live, (kl * kl * c_in, c_out))), (n, ho, wo, kl, kl, c_in))
-            dA = col2im(dcols, padded_data.shape, self.stride)
+            dA = col2im(dcols, _padded_shape(A.shape, pad_width), self.stride)
             dA = crop(dA, pad_width) if padded_image else dA
         return dA, dB
 
@@ -310,20 +333,25 @@ class Conv(TensorOp):
         n, ho, wo = g.shape[:3]
         lo, hi, pad_width = _tap_plan(image_shape[1], image_shape[2], k, self.stride, self.padding)
         kl = hi - lo + 1
-        padded_data, cols_data = saved
+        image, padded_data, cols_data = saved
         dA = dB = None
-        if (need_b and cols_data is None and kl == k and ho * wo >= WINOGRAD_DW_MIN_PIXELS
+        if need_b and padded_data is None:  # an implicit forward: so is its weight gradient
+            dB = array_api.conv_implicit_weight_grad(image, g, kl, self.stride, pad_width[1][0], pad_width[2][0])
+        elif (need_b and cols_data is None and kl == k and ho * wo >= WINOGRAD_DW_MIN_PIXELS
                 and _winograd_fits(padded_data, k, self.stride, c_in, c_out)):
             # a forward by Winograd kept no im2col matrix, and its weight-gradient kernel makes none
             dB = array_api.winograd_weight_grad(padded_data, g)
+        elif need_b and cols_data is None and _implicit_pays(g, n * ho * wo, kl * kl * c_in):
+            # a forward by Winograd on a small map: the windows are read from its padded image
+            dB = array_api.conv_implicit_weight_grad(padded_data, g, kl, self.stride, 0, 0)
         elif need_b:
             if cols_data is None:
                 cols_data = _im2col_rows(padded_data, kl, self.stride)
             grad2d = array_api.reshape(g, (n * ho * wo, c_out))
             dB = array_api.transpose(array_api.transpose(grad2d, (1, 0)) @ cols_data, (1, 0))
             dB = array_api.reshape(dB, (kl, kl, c_in, c_out))
-            if kl < k:
-                dB = array_api.pad(dB, ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0)))
+        if dB is not None and kl < k:
+            dB = array_api.pad(dB, ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0)))
         if need_a and self._input_grad_is_conv(k, kl):
             flipped = array_api.transpose(array_api.flip(B, (0, 1)), (0, 1, 3, 2))
             dA = Conv(1, k - 1 - self.padding).compute(g, flipped).output
@@ -331,10 +359,25 @@ class Conv(TensorOp):
             live = B[lo:hi + 1, lo:hi + 1] if kl < k else B
             grad2d = array_api.reshape(g, (n * ho * wo, c_out))
             dcols = grad2d @ array_api.transpose(array_api.reshape(live, (kl * kl * c_in, c_out)), (1, 0))
-            dA = array_api.col2im(array_api.reshape(dcols, (n, ho, wo, kl, kl, c_in)), padded_data.shape, self.stride)
+            padded_shape = _padded_shape(image_shape, pad_width)
+            dA = array_api.col2im(array_api.reshape(dcols, (n, ho, wo, kl, kl, c_in)), padded_shape, self.stride)
             if any(any(pw) for pw in pad_width):
                 dA = dA[tuple(slice(lo_, size - hi_) for (lo_, hi_), size in zip(pad_width, dA.shape))]
         return dA, dB
+
+
+def _padded_size(size, pad):
+    return size + pad[0] + pad[1]
+
+
+def _padded_shape(shape, pad_width):
+    return tuple(_padded_size(size, pw) for size, pw in zip(shape, pad_width))
+
+
+def _implicit_pays(array, rows, cols):
+    """Whether to convolve without the (rows, cols) im2col matrix, on ``array``'s device: where the
+    device can, and the matrix would not fit in a core's L2 (``IMPLICIT_MIN_FLOATS``)."""
+    return rows * cols >= IMPLICIT_MIN_FLOATS and array_api.conv_implicit_runs_on(device_of(array))
 
 
 def _im2col_rows(image, k, stride):
