@@ -493,6 +493,157 @@ def test_col2im_matches_reference(be, n, h, w, c, k, s):
         be.col2im(_put(be, cols[:-1]), out, n, h, w, c, k, s)
 
 
+# ---------------------------------------------------------------- implicit convolution
+
+# (n, h, w, c, k, stride, pad_h, pad_w, ho, wo, c_out). Windows reaching past the bottom or right
+# edge by more than the padding on top or left (asymmetric), more pixels and more output channels
+# or taps than the capped grid's tiles cover (the grid-stride loops over tiles run more than
+# once), and enough pixels for the weight gradient to cut them into more runs than the grid's z.
+IMPLICIT_GEOMETRIES = [
+    pytest.param((2, 5, 6, 3, 1, 1, 0, 0, 5, 6, 4), id="k1"),
+    pytest.param((2, 9, 7, 5, 3, 1, 1, 1, 9, 7, 70), id="k3-same"),
+    pytest.param((1, 8, 9, 4, 3, 2, 2, 0, 5, 5, 6), id="k3-s2-asymmetric"),
+    pytest.param((2, 20, 17, 3, 7, 4, 3, 2, 6, 5, 9), id="k7-s4-asymmetric"),
+    pytest.param((2, 12, 12, 2, 3, 1, 0, 3, 12, 11, 200), id="wide-c_out"),
+    pytest.param((1, 6, 6, 5, 7, 1, 3, 3, 6, 6, 3), id="k7-many-taps"),
+    pytest.param((2, 34, 34, 3, 3, 1, 1, 1, 34, 34, 5), id="many-pixels"),
+]
+
+
+def _implicit_image(n, h, w, c, layout, local):
+    """(buffer, shape, strides, offset) of an NHWC image view: a compact NHWC batch, or a compact
+    NCHW batch after a few other elements, read transposed."""
+    if layout == "nhwc":
+        return local.standard_normal(n * h * w * c).astype(np.float32), (n, h, w, c), (h * w * c, w * c, c, 1), 0
+    offset = 5
+    data = local.standard_normal(offset + n * c * h * w + 3).astype(np.float32)
+    return data, (n, h, w, c), (c * h * w, w, 1, h * w), offset
+
+
+def _implicit_case(geometry, layout):
+    n, h, w, c, k, s, pad_h, pad_w, ho, wo, c_out = geometry
+    local = np.random.default_rng(sum(geometry) + len(layout))
+    data, shape, strides, offset = _implicit_image(n, h, w, c, layout, local)
+    return data, (shape, strides, offset), (k, s, pad_h, pad_w, ho, wo, c_out), local
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("geometry", IMPLICIT_GEOMETRIES)
+def test_conv_implicit_matches_reference(be, geometry, layout):
+    data, view, conv, local = _implicit_case(geometry, layout)
+    n, h, w, c, k, s, pad_h, pad_w, ho, wo, c_out = geometry
+    weight = local.standard_normal(k * k * c * c_out).astype(np.float32)
+    out, expect = be.Array(n * ho * wo * c_out), ref.Array(n * ho * wo * c_out)
+    be.fill(out, np.nan)  # every element must be written
+    be.conv_implicit(_put(be, data), *view, _put(be, weight), out, *conv)
+    ref.conv_implicit(_ref(data), *view, _ref(weight), expect, *conv)
+    # float32 sums over the k*k*c taps, in another order
+    np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-4, atol=1e-4 * np.sqrt(k * k * c))
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("geometry", IMPLICIT_GEOMETRIES)
+def test_conv_implicit_weight_grad_matches_reference(be, geometry, layout):
+    data, view, conv, local = _implicit_case(geometry, layout)
+    n, h, w, c, k, s, pad_h, pad_w, ho, wo, c_out = geometry
+    grad = local.standard_normal(n * ho * wo * c_out).astype(np.float32)
+    out, expect = be.Array(k * k * c * c_out), ref.Array(k * k * c * c_out)
+    be.fill(out, np.nan)
+    be.conv_implicit_weight_grad(_put(be, data), *view, _put(be, grad), out, *conv)
+    ref.conv_implicit_weight_grad(_ref(data), *view, _ref(grad), expect, *conv)
+    # float32 sums over the n*ho*wo pixels, in another order
+    np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-4, atol=1e-4 * np.sqrt(n * ho * wo))
+
+
+def test_conv_implicit_weight_grad_runs_repeat_exactly(be, monkeypatch):
+    """Short runs of pixels, many more than the grid's z, whose partial sums add up to the
+    reference's, and to the same bits on every call."""
+    monkeypatch.setattr(cu, "_WEIGHT_GRAD_RUN_PIXELS", 16)
+    geometry = (3, 16, 15, 4, 3, 2, 1, 2, 8, 8, 7)  # 192 pixels: 12 runs of 16
+    data, view, conv, local = _implicit_case(geometry, "nchw")
+    n, h, w, c, k, s, pad_h, pad_w, ho, wo, c_out = geometry
+    grad = local.standard_normal(n * ho * wo * c_out).astype(np.float32)
+    image, gradient = _put(be, data), _put(be, grad)
+    first, second = be.Array(k * k * c * c_out), be.Array(k * k * c * c_out)
+    be.conv_implicit_weight_grad(image, *view, gradient, first, *conv)
+    be.conv_implicit_weight_grad(image, *view, gradient, second, *conv)
+    expect = ref.Array(k * k * c * c_out)
+    ref.conv_implicit_weight_grad(_ref(data), *view, _ref(grad), expect, *conv)
+    np.testing.assert_allclose(_get(be, first), expect.array, rtol=1e-4, atol=1e-4 * np.sqrt(n * ho * wo))
+    np.testing.assert_array_equal(_get(be, second), _get(be, first))
+    # the last launch adds the runs' partial sums: one thread per weight
+    blocks = min(-(-first.size // cu.THREADS), cu.MAX_BLOCKS)
+    assert be.last_launch() == f"grid=({blocks},1,1) block=({cu.THREADS},1,1)"
+
+
+def _both(be, name, data, view, operand, out_size, conv, fill=np.nan):
+    """Run ``name`` on both backends with the operand and an out of ``out_size`` filled with ``fill``;
+    their outs, as numpy arrays."""
+    out, expect = be.Array(out_size), ref.Array(out_size)
+    be.fill(out, fill)
+    expect.array[:] = fill
+    getattr(be, name)(_put(be, data), *view, _put(be, operand), out, *conv)
+    getattr(ref, name)(_ref(data), *view, _ref(operand), expect, *conv)
+    return _get(be, out), expect.array
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_conv_implicit_empty_cases(be, layout):
+    local = np.random.default_rng(3)
+    # no pixels: nothing to compute; the weight gradient is zeros
+    data, shape, strides, offset = _implicit_image(0, 5, 5, 3, layout, local)
+    view, conv = (shape, strides, offset), (3, 1, 1, 1, 5, 5, 4)
+    got, want = _both(be, "conv_implicit", data, view, np.ones(3 * 3 * 3 * 4), 0, conv)
+    assert got.size == want.size == 0
+    got, want = _both(be, "conv_implicit_weight_grad", data, view, np.ones(0), 3 * 3 * 3 * 4, conv)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, 0.0)
+    # no output rows: the same
+    data, shape, strides, offset = _implicit_image(2, 5, 5, 3, layout, local)
+    view, conv = (shape, strides, offset), (3, 1, 0, 0, 0, 3, 4)
+    got, want = _both(be, "conv_implicit_weight_grad", data, view, np.ones(0), 3 * 3 * 3 * 4, conv)
+    np.testing.assert_array_equal(got, 0.0)
+    # no output channels: nothing at all
+    conv = (3, 1, 1, 1, 5, 5, 0)
+    got, _ = _both(be, "conv_implicit", data, view, np.ones(0), 0, conv)
+    got, _ = _both(be, "conv_implicit_weight_grad", data, view, np.ones(0), 0, conv)
+    assert got.size == 0
+    # no channels: X has no columns, so the convolution is zeros and its weight has no elements
+    data, shape, strides, offset = _implicit_image(2, 5, 5, 0, layout, local)
+    view, conv = (shape, strides, offset), (3, 2, 1, 1, 3, 3, 4)
+    got, want = _both(be, "conv_implicit", data, view, np.ones(0), 2 * 3 * 3 * 4, conv)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, 0.0)
+    got, want = _both(be, "conv_implicit_weight_grad", data, view, np.ones(2 * 3 * 3 * 4), 0, conv)
+    assert got.size == want.size == 0
+
+
+def _raises_as_reference(be, name, data, view, operand, out_size, conv):
+    with pytest.raises(ValueError) as expected:
+        getattr(ref, name)(_ref(data), *view, _ref(operand), ref.Array(out_size), *conv)
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        getattr(be, name)(_put(be, data), *view, _put(be, operand), be.Array(out_size), *conv)
+
+
+def test_conv_implicit_bad_arguments(be):
+    n, h, w, c, k, c_out = 2, 6, 5, 3, 3, 4
+    data, shape, strides, offset = _implicit_image(n, h, w, c, "nchw", np.random.default_rng(4))
+    view, conv = (shape, strides, offset), (k, 1, 1, 1, h, w, c_out)
+    weight, grad = np.ones(k * k * c * c_out), np.ones(n * h * w * c_out)
+    pixels_out, taps_out = n * h * w * c_out, k * k * c * c_out
+    for name, operand, out_size in [("conv_implicit", weight, pixels_out),
+                                    ("conv_implicit_weight_grad", grad, taps_out)]:
+        _raises_as_reference(be, name, data, view, operand[:-1], out_size, conv)  # the operand's size
+        _raises_as_reference(be, name, data, view, operand, out_size + 1, conv)  # out's size
+        _raises_as_reference(be, name, data, view, operand, out_size, (0, 1, 1, 1, h, w, c_out))  # k
+        _raises_as_reference(be, name, data, view, operand, out_size, (k, 1, -1, 1, h, w, c_out))  # padding
+        _raises_as_reference(be, name, data, (shape, strides, offset + 4), operand, out_size, conv)  # past the end
+        _raises_as_reference(be, name, data, (shape[1:], strides[1:], offset), operand, out_size, conv)  # 3-d
+        _raises_as_reference(be, name, data, (shape, strides, "0"), operand, out_size, conv)  # not an integer
+        with pytest.raises(ValueError, match=f"{name}: a must be a CUDA backend Array"):
+            getattr(be, name)(_ref(data), *view, _put(be, operand), be.Array(out_size), *conv)
+
+
 # ---------------------------------------------------------------- layer normalization
 
 # (rows, cols): no rows, one row, one column, cols not a multiple of a warp, and more rows than

@@ -31,6 +31,7 @@ from .backend_checks import (
     check_batchnorm,
     check_bias_add,
     check_col2im,
+    check_conv_implicit,
     check_winograd_input,
     check_winograd_output,
     check_winograd_conv,
@@ -67,10 +68,12 @@ LAUNCH_GEOMETRY = {
     "NK_MATMUL_THREADS": 256,  # threads per matmul block: 16 x 16, each owning a 4 x 4 patch of the tile
     "NK_MIDDLE_LANES": 32,     # blockDim.x of the middle-axis reductions: one warp along the inner axis
     "NK_MIDDLE_ROWS": 8,       # blockDim.y of the middle-axis reductions, a power of two
+    "NK_CONV_DEPTH": 16,       # pixels or taps the implicit convolutions stage per step (their tile is matmul's)
 }
 THREADS = LAUNCH_GEOMETRY["NK_THREADS"]
 _MATMUL_BLOCK = LAUNCH_GEOMETRY["NK_MATMUL_BLOCK"]
 _MATMUL_THREADS = LAUNCH_GEOMETRY["NK_MATMUL_THREADS"]
+_CONV_DEPTH = LAUNCH_GEOMETRY["NK_CONV_DEPTH"]
 _MIDDLE_BLOCK = (LAUNCH_GEOMETRY["NK_MIDDLE_LANES"], LAUNCH_GEOMETRY["NK_MIDDLE_ROWS"], 1)
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
@@ -228,7 +231,8 @@ KERNELS = {
     "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle",
                   "softmax_xent", "softmax_xent_grad", "softmax", "softmax_backward"),
     "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
-    "conv.cu": ("col2im", "winograd_input", "winograd_output", "winograd_grad_tiles", "winograd_weight_output"),
+    "conv.cu": ("col2im", "winograd_input", "winograd_output", "winograd_grad_tiles", "winograd_weight_output",
+                "conv_implicit", "conv_implicit_weight_grad", "conv_implicit_weight_sum"),
     "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_grad_sums",
                      "batchnorm_grad_input", "layernorm", "layernorm_grad_sums", "layernorm_grad_input"),
     "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
@@ -692,6 +696,71 @@ def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
             (g.array, grad_tiles.array, _i64(n), _i64(h - 2), _i64(w - 2), _i64(c_out), _i64(th), _i64(tw)))
     matmul_batched(transposed, grad_tiles, sums, 16, c_in, tiles, c_out)
     _launch(_kernel("winograd_weight_output"), *grid_1d(pairs), (sums.array, out.array, _i64(pairs)))
+
+
+# The weight gradient of conv_implicit sums over every pixel of the batch while its output
+# (k*k*c, c_out) may be a single tile, so the pixels are cut into runs summed by blocks of their
+# own: enough runs for about this many blocks (a few per SM on a large GPU) ...
+_WEIGHT_GRAD_BLOCKS = 256
+# ... but no run shorter than this many pixels, whose work would not pay for its partial sums.
+_WEIGHT_GRAD_RUN_PIXELS = 512
+
+
+def _implicit_geometry(name, a, shape, strides, offset, k, s, pad_h, pad_w, ho, wo, c_out, per_pixel, per_tap):
+    """The kernel arguments after the buffers, from n to c_out, and (pixels, taps) of the
+    implicit im2col matrix, after the reference's checks."""
+    view = read_view(name, shape, strides, offset)
+    check_conv_implicit(name, a, view, k, s, pad_h, pad_w, ho, wo, c_out, per_pixel, per_tap)
+    (n, h, w, c), strides, offset = view
+    k, s, pad_h, pad_w, ho, wo, c_out = (int(x) for x in (k, s, pad_h, pad_w, ho, wo, c_out))
+    args = tuple(_i64(x) for x in (n, h, w, c, *strides, offset, k, s, pad_h, pad_w, ho, wo, c_out))
+    return args, n * ho * wo, k * k * c
+
+
+def _tiles(d):
+    return -(-d // _MATMUL_BLOCK)
+
+
+def _implicit_grid(rows, cols, splits=1):
+    """The grid of conv.cu's implicit products: x over tiles of out's columns, y over tiles of its
+    rows, z over the runs of the summed dimension."""
+    return (min(_tiles(cols), MAX_BLOCKS), min(_tiles(rows), MAX_BLOCKS), min(splits, MAX_BLOCKS))
+
+
+def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo, c_out):
+    """out (n*ho*wo, c_out) = X @ w, X the im2col matrix of the strided NHWC image view (see the
+    reference), never made: matmul's tiled product with X's tiles gathered from the image."""
+    _require("conv_implicit")
+    _check_arrays("conv_implicit", a=a, w=w, out=out)
+    args, pixels, _ = _implicit_geometry("conv_implicit", a, shape, strides, offset, k, s, pad_h, pad_w, ho, wo,
+                                         c_out, ("out", out), ("w", w))
+    if out.size:
+        _launch(_kernel("conv_implicit"), _implicit_grid(pixels, int(c_out)), (_MATMUL_THREADS, 1, 1),
+                (a.array, w.array, out.array) + args)
+
+
+def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pad_w, ho, wo, c_out):
+    """out (k*k*c, c_out) = X^T @ g, X the im2col matrix of conv_implicit (see the reference): the
+    pixels cut into runs whose partial products are added in run order, so the sums repeat exactly."""
+    _require("conv_implicit_weight_grad")
+    _check_arrays("conv_implicit_weight_grad", a=a, g=g, out=out)
+    args, pixels, taps = _implicit_geometry("conv_implicit_weight_grad", a, shape, strides, offset, k, s, pad_h,
+                                            pad_w, ho, wo, c_out, ("g", g), ("out", out))
+    c_out = int(c_out)
+    if out.size == 0:
+        return
+    if pixels == 0:
+        fill(out, 0.0)
+        return
+    wanted = max(1, min(-(-_WEIGHT_GRAD_BLOCKS // (_tiles(taps) * _tiles(c_out))), pixels // _WEIGHT_GRAD_RUN_PIXELS))
+    steps = -(-pixels // _CONV_DEPTH)
+    splits = -(-steps // -(-steps // wanted))  # as many runs of whole steps, none of them empty
+    sums = out if splits == 1 else Array(splits * out.size)
+    _launch(_kernel("conv_implicit_weight_grad"), _implicit_grid(taps, c_out, splits), (_MATMUL_THREADS, 1, 1),
+            (a.array, g.array, sums.array) + args + (_i64(splits),))
+    if splits > 1:
+        _launch(_kernel("conv_implicit_weight_sum"), *grid_1d(out.size),
+                (sums.array, out.array, _i64(out.size), _i64(splits)))
 
 
 # ---------------------------------------------------------------- softmax cross-entropy

@@ -132,3 +132,185 @@ extern "C" __global__ void winograd_weight_output(const float* __restrict__ m, f
         }
     }
 }
+
+// Implicit-GEMM convolution (ndarray_backend_numpy.conv_implicit / conv_implicit_weight_grad):
+// out = X @ w and out = X^T @ g for the im2col matrix X of a strided NHWC image view, X never
+// stored. Both are matmul.cu's tiled product with X's tile gathered from the image where
+// matmul.cu loads a: a block of NK_MATMUL_THREADS threads owns a CONV_TILE x CONV_TILE tile of
+// out, stages CONV_DEPTH steps of the summed dimension of both operands in shared memory and
+// each thread accumulates a CONV_PATCH x CONV_PATCH patch in registers, reading every staged
+// value CONV_PATCH times and every gathered image value CONV_TILE times. The zero padding is a bounds check on the read.
+//
+// The weight gradient's out (k*k*c, c_out) is often a tile or a few while its sums run over all
+// n*ho*wo pixels, too few blocks for a GPU; so the pixels are cut into ``splits`` contiguous runs
+// (blockIdx.z), each writing its own partial product, and conv_implicit_weight_sum adds them in
+// run order. Every sum is taken in a fixed order, with no atomics, so results repeat bit for bit.
+#if !defined(NK_MATMUL_BLOCK) || !defined(NK_MATMUL_THREADS) || !defined(NK_CONV_DEPTH)
+#error "compile with the -D flags of ndarray_backend_cuda.compile_defines()"
+#endif
+#define CONV_TILE NK_MATMUL_BLOCK
+#define CONV_DEPTH NK_CONV_DEPTH
+#define CONV_PATCH (CONV_TILE / 16)  // each of the 16 x 16 threads owns CONV_PATCH rows and columns of the tile
+static_assert(NK_MATMUL_THREADS == 256, "the convolution block is 16 x 16 threads");
+static_assert(NK_MATMUL_BLOCK % 16 == 0, "each of the 16 x 16 threads owns whole rows and columns of the tile");
+static_assert(CONV_TILE + CONV_DEPTH <= NK_MATMUL_THREADS, "a thread per row of the tile, and others per step");
+static_assert(CONV_TILE * CONV_DEPTH % NK_MATMUL_THREADS == 0, "the staged tiles split evenly over the threads");
+
+// Where one pixel (a row of X) or one tap (a column of X) reads: X[pixel, tap] is
+// image[pixel.offset + tap.offset] when 0 <= pixel.y + tap.y < h and 0 <= pixel.x + tap.x < w,
+// and 0 elsewhere. A pixel or tap past the end reads 0 through a y no sum brings back in range.
+struct WindowPart {
+    index_t offset, y, x;
+};
+constexpr index_t OUTSIDE_IMAGE = -(1LL << 60);
+
+struct ImageWindows {
+    const float* __restrict__ data;
+    index_t h, w, c, sn, sh, sw, sc, offset, k, s, pad_h, pad_w, ho, wo;
+
+    // pixel p = (b*ho + i)*wo + j: its window's corner, which may lie in the padding
+    __device__ __forceinline__ WindowPart pixel(index_t p, index_t end) const {
+        if (p >= end) return {0, OUTSIDE_IMAGE, 0};
+        const index_t j = p % wo, i = (p / wo) % ho, b = p / (wo * ho);
+        const index_t y = i * s - pad_h, x = j * s - pad_w;
+        return {offset + b * sn + y * sh + x * sw, y, x};
+    }
+
+    // tap t = (ki*k + kj)*c + ch: its place in every window
+    __device__ __forceinline__ WindowPart tap(index_t t, index_t end) const {
+        if (t >= end) return {0, OUTSIDE_IMAGE, 0};
+        const index_t ch = t % c, kj = (t / c) % k, ki = t / (c * k);
+        return {ki * sh + kj * sw + ch * sc, ki, kj};
+    }
+
+    __device__ __forceinline__ float at(const WindowPart& p, const WindowPart& t) const {
+        const index_t y = p.y + t.y, x = p.x + t.x;
+        return y >= 0 && y < h && x >= 0 && x < w ? data[p.offset + t.offset] : 0.0f;
+    }
+};
+
+template <bool PIXEL>
+__device__ __forceinline__ WindowPart window_part(const ImageWindows& image, index_t index, index_t end) {
+    return PIXEL ? image.pixel(index, end) : image.tap(index, end);
+}
+
+// c[z] (rows, cols) = A[:, run z] @ b[run z, :] for z < splits, the runs cutting depth into
+// contiguous pieces of whole CONV_DEPTH steps; A is X (rows = pixels, depth = taps) or X^T
+// (rows = taps, depth = pixels), b compact (depth, cols).
+
+template <bool ROWS_ARE_PIXELS>
+__device__ __forceinline__ void implicit_gemm(const ImageWindows& image, const float* __restrict__ b,
+                                              float* __restrict__ c, index_t rows, index_t depth, index_t cols,
+                                              index_t splits) {
+    __shared__ float a_tile[CONV_DEPTH][CONV_TILE + 1];  // k-major, +1 against bank conflicts as in matmul.cu
+    __shared__ float b_tile[CONV_DEPTH][CONV_TILE];
+    __shared__ WindowPart row_parts[CONV_TILE];
+    // two steps' worth: the threads that work out the next step's parts write one while the
+    // others still gather through the other
+    __shared__ WindowPart depth_parts[2][CONV_DEPTH];
+
+    const int tid = threadIdx.x;
+    const int tx = tid % 16, ty = tid / 16;
+    const index_t row_tiles = (rows + CONV_TILE - 1) / CONV_TILE;
+    const index_t col_tiles = (cols + CONV_TILE - 1) / CONV_TILE;
+    const index_t steps = (depth + CONV_DEPTH - 1) / CONV_DEPTH;
+    const index_t per_split = (steps + splits - 1) / splits * CONV_DEPTH;
+
+    for (index_t z = blockIdx.z; z < splits; z += gridDim.z) {
+        const index_t d_begin = z * per_split;
+        const index_t d_end = d_begin + per_split < depth ? d_begin + per_split : depth;
+        float* out = c + z * rows * cols;
+        for (index_t tm = blockIdx.y; tm < row_tiles; tm += gridDim.y) {
+            for (index_t tp = blockIdx.x; tp < col_tiles; tp += gridDim.x) {
+                const index_t row0 = tm * CONV_TILE, col0 = tp * CONV_TILE;
+                // the previous tile's last barrier has every thread done with the parts
+                if (tid < CONV_TILE) row_parts[tid] = window_part<ROWS_ARE_PIXELS>(image, row0 + tid, rows);
+                const int depth_worker = tid - CONV_TILE;  // these threads work out each step's parts
+                const bool works_out_depth = depth_worker >= 0 && depth_worker < CONV_DEPTH;
+                if (works_out_depth)
+                    depth_parts[0][depth_worker] = window_part<!ROWS_ARE_PIXELS>(image, d_begin + depth_worker, d_end);
+                __syncthreads();
+
+                float acc[CONV_PATCH][CONV_PATCH] = {};
+                int current = 0;
+                for (index_t k0 = d_begin; k0 < d_end; k0 += CONV_DEPTH, current ^= 1) {
+                    const WindowPart* step = depth_parts[current];
+                    // Neighbouring threads gather neighbouring taps, the channels of one pixel
+                    // that an NHWC image keeps side by side.
+#pragma unroll
+                    for (int q = 0; q < CONV_TILE * CONV_DEPTH / NK_MATMUL_THREADS; ++q) {
+                        const int l = tid + q * NK_MATMUL_THREADS;
+                        const int r = ROWS_ARE_PIXELS ? l / CONV_DEPTH : l % CONV_TILE;
+                        const int kk = ROWS_ARE_PIXELS ? l % CONV_DEPTH : l / CONV_TILE;
+                        a_tile[kk][r] = ROWS_ARE_PIXELS ? image.at(row_parts[r], step[kk])
+                                                        : image.at(step[kk], row_parts[r]);
+                    }
+#pragma unroll
+                    for (int q = 0; q < CONV_DEPTH * CONV_TILE / NK_MATMUL_THREADS; ++q) {
+                        const int l = tid + q * NK_MATMUL_THREADS;
+                        const int kk = l / CONV_TILE, cc = l % CONV_TILE;
+                        const index_t gk = k0 + kk, gc = col0 + cc;
+                        b_tile[kk][cc] = gk < d_end && gc < cols ? b[gk * cols + gc] : 0.0f;
+                    }
+                    if (works_out_depth)
+                        depth_parts[current ^ 1][depth_worker] =
+                            window_part<!ROWS_ARE_PIXELS>(image, k0 + CONV_DEPTH + depth_worker, d_end);
+                    __syncthreads();
+
+#pragma unroll
+                    for (int kk = 0; kk < CONV_DEPTH; ++kk) {
+                        float ra[CONV_PATCH], rb[CONV_PATCH];
+#pragma unroll
+                        for (int i = 0; i < CONV_PATCH; ++i) ra[i] = a_tile[kk][ty + 16 * i];
+#pragma unroll
+                        for (int j = 0; j < CONV_PATCH; ++j) rb[j] = b_tile[kk][tx + 16 * j];
+#pragma unroll
+                        for (int i = 0; i < CONV_PATCH; ++i)
+#pragma unroll
+                            for (int j = 0; j < CONV_PATCH; ++j) acc[i][j] = fmaf(ra[i], rb[j], acc[i][j]);
+                    }
+                    // the next step overwrites the tiles other threads may still be reading
+                    __syncthreads();
+                }
+
+#pragma unroll
+                for (int i = 0; i < CONV_PATCH; ++i) {
+#pragma unroll
+                    for (int j = 0; j < CONV_PATCH; ++j) {
+                        const index_t r = row0 + ty + 16 * i, cc = col0 + tx + 16 * j;
+                        if (r < rows && cc < cols) out[r * cols + cc] = acc[i][j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// out (n*ho*wo, c_out) = X @ w, w compact (k*k*c, c_out).
+extern "C" __global__ void __launch_bounds__(NK_MATMUL_THREADS)
+conv_implicit(const float* __restrict__ a, const float* __restrict__ w, float* __restrict__ out, index_t n,
+              index_t h, index_t wd, index_t c, index_t sn, index_t sh, index_t sw, index_t sc, index_t offset,
+              index_t k, index_t s, index_t pad_h, index_t pad_w, index_t ho, index_t wo, index_t c_out) {
+    const ImageWindows image{a, h, wd, c, sn, sh, sw, sc, offset, k, s, pad_h, pad_w, ho, wo};
+    implicit_gemm<true>(image, w, out, n * ho * wo, k * k * c, c_out, 1);
+}
+
+// sums[z] (k*k*c, c_out) = X^T @ g over the z-th of ``splits`` runs of pixels, g compact (n*ho*wo, c_out).
+extern "C" __global__ void __launch_bounds__(NK_MATMUL_THREADS)
+conv_implicit_weight_grad(const float* __restrict__ a, const float* __restrict__ g, float* __restrict__ sums,
+                          index_t n, index_t h, index_t wd, index_t c, index_t sn, index_t sh, index_t sw, index_t sc,
+                          index_t offset, index_t k, index_t s, index_t pad_h, index_t pad_w, index_t ho,
+                          index_t wo, index_t c_out, index_t splits) {
+    const ImageWindows image{a, h, wd, c, sn, sh, sw, sc, offset, k, s, pad_h, pad_w, ho, wo};
+    implicit_gemm<false>(image, g, sums, k * k * c, n * ho * wo, c_out, splits);
+}
+
+// out[i] = sums[0][i] + sums[1][i] + ... in that order, one thread per element.
+extern "C" __global__ void conv_implicit_weight_sum(const float* __restrict__ sums, float* __restrict__ out,
+                                                    index_t size, index_t splits) {
+    for (index_t i = thread_index(); i < size; i += thread_count()) {
+        float acc = sums[i];
+        for (index_t z = 1; z < splits; ++z) acc += sums[z * size + i];
+        out[i] = acc;
+    }
+}
