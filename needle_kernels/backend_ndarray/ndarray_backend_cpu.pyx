@@ -116,8 +116,8 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
     void nk_window_rows(const float *a, Py_ssize_t sn, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t sc, Py_ssize_t h,
                         Py_ssize_t w, Py_ssize_t c, Py_ssize_t k, Py_ssize_t s, Py_ssize_t ph, Py_ssize_t pw,
-                        Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t r0, Py_ssize_t npix, const float *zeros,
-                        float *edge, const float **rows)
+                        Py_ssize_t ho, Py_ssize_t wo, int planar, Py_ssize_t r0, Py_ssize_t npix,
+                        const float *zeros, float *edge, const float **rows)
     # tile t of th x tw per image (t = (b * th + ti) * tw + tj)
     void nk_winograd_input_tile(const float *a, float *out, Py_ssize_t ld, Py_ssize_t t, Py_ssize_t th,
                                 Py_ssize_t tw, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c)
@@ -1507,9 +1507,11 @@ def col2im(cols, out, n, h, w, c, k, s):
 
 
 cdef struct _Windows:
-    # an NHWC image view and the windows conv_implicit reads from it (see nk_window_rows)
+    # an NHWC image view and the windows conv_implicit reads from it, each as nseg segments of
+    # seglen contiguous floats: its rows, or in planar mode its rows' channels (see nk_window_rows)
     const float *a
-    Py_ssize_t sn, sh, sw, sc, h, w, c, k, s, ph, pw, ho, wo
+    Py_ssize_t sn, sh, sw, sc, h, w, c, k, s, ph, pw, ho, wo, nseg, seglen
+    int planar
 
 
 cdef _Windows _windows_of(str name, Array A, shape, strides, offset, k, s, pad_h, pad_w, ho, wo, c_out,
@@ -1524,13 +1526,24 @@ cdef _Windows _windows_of(str name, Array A, shape, strides, offset, k, s, pad_h
     geo.sn, geo.sh, geo.sw, geo.sc = st[0], st[1], st[2], st[3]
     geo.h, geo.w, geo.c = h, w, c
     geo.k, geo.s, geo.ph, geo.pw, geo.ho, geo.wo = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]
+    # an image whose rows are contiguous per channel (an NCHW batch) is read a channel at a time
+    geo.planar = geo.sw == 1 and not (geo.sc == 1 and geo.sw == geo.c)
+    geo.nseg = geo.k * geo.c if geo.planar else geo.k
+    geo.seglen = geo.k if geo.planar else geo.k * geo.c
     return geo
+
+
+cdef inline Py_ssize_t _tap_row(const _Windows *g, Py_ssize_t seg, Py_ssize_t t) noexcept nogil:
+    """The row of the (k*k*c, c_out) weight, (ki*k + kj)*c + ch, that multiplies float t of segment seg."""
+    if g.planar:  # seg = ki*c + ch, t = kj
+        return ((seg // g.c) * g.k + t) * g.c + seg % g.c
+    return seg * g.seglen + t  # seg = ki, t = kj*c + ch
 
 
 cdef inline void _window_rows(const _Windows *g, Py_ssize_t r0, Py_ssize_t npix, const float *zeros, float *edge,
                               const float **rows) noexcept nogil:
-    nk_window_rows(g.a, g.sn, g.sh, g.sw, g.sc, g.h, g.w, g.c, g.k, g.s, g.ph, g.pw, g.ho, g.wo, r0, npix, zeros,
-                   edge, rows)
+    nk_window_rows(g.a, g.sn, g.sh, g.sw, g.sc, g.h, g.w, g.c, g.k, g.s, g.ph, g.pw, g.ho, g.wo, g.planar, r0, npix,
+                   zeros, edge, rows)
 
 
 cdef inline Py_ssize_t _conv_block_pixels(const _Windows *g, Py_ssize_t floats, int multiple) noexcept nogil:
@@ -1544,7 +1557,7 @@ cdef void _conv_implicit_block(const nk_gemm_kernel *kern, const _Windows *g, co
                                float *edge, const float **rows) noexcept nogil:
     """Output rows blk * npix .. of O (m x co) by kern.conv, a tile of cmr pixels by a strip of cnr channels at a time."""
     cdef Py_ssize_t r0 = blk * npix, rows_here = npix if npix < m - r0 else m - r0, i, j
-    cdef Py_ssize_t kc = g.k * g.c, width = g.k * kc, CMR = kern.cmr, CNR = kern.cnr
+    cdef Py_ssize_t width = g.k * g.k * g.c, CMR = kern.cmr, CNR = kern.cnr
     _window_rows(g, r0, rows_here, zeros, edge, rows)
     cdef nk_conv_fn conv
     i = 0
@@ -1552,7 +1565,7 @@ cdef void _conv_implicit_block(const nk_gemm_kernel *kern, const _Windows *g, co
         j = 0
         while j < co:
             conv = kern.conv1 if co - j <= CNR // 2 else kern.conv
-            conv(g.k, kc, rows + i * g.k, Wp + j * width, CNR, O + (r0 + i) * co + j, co,
+            conv(g.nseg, g.seglen, rows + i * g.nseg, Wp + j * width, CNR, O + (r0 + i) * co + j, co,
                  CMR if CMR < rows_here - i else rows_here - i, CNR if CNR < co - j else co - j)
             j += CNR
         i += CMR
@@ -1583,19 +1596,26 @@ def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo,
     cdef int nt = _threads_for(2 * m * width * co // 64), tid
     if nt > nblocks:
         nt = <int>nblocks
-    per = npix * width + npix * geo.k * 2  # the edge rows, and the row table (a pointer is two floats)
+    per = npix * width + npix * geo.nseg * 2  # the edge segments, and the table (a pointer is two floats)
     cdef float *Wp = <float *>nk_aligned_alloc(width * ((co + kern.cnr - 1) // kern.cnr) * kern.cnr * sizeof(float))
+    cdef float *Wt = <float *>nk_aligned_alloc(width * co * sizeof(float)) if geo.planar else NULL
     cdef float *zeros = <float *>nk_aligned_alloc(kc * sizeof(float))
     cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
-    if Wp == NULL or zeros == NULL or buf == NULL:
+    cdef Py_ssize_t seg, t
+    if Wp == NULL or zeros == NULL or buf == NULL or (geo.planar and Wt == NULL):
         free(Wp)
+        free(Wt)
         free(zeros)
         free(buf)
         raise MemoryError("conv_implicit: cannot allocate block buffers")
     nk_reset_threads()
     with nogil:
         memset(zeros, 0, kc * sizeof(float))
-        nk_pack_b(W.data, co, width, 0, co, kern.cnr, Wp)
+        if geo.planar:  # the weight's rows in the order of the segments' floats
+            for seg in range(geo.nseg):
+                for t in range(geo.seglen):
+                    memcpy(Wt + (seg * geo.seglen + t) * co, W.data + _tap_row(&geo, seg, t) * co, co * sizeof(float))
+        nk_pack_b(Wt if geo.planar else W.data, co, width, 0, co, kern.cnr, Wp)
         if nt == 1:
             nk_note_thread(0)
             for blk in range(nblocks):
@@ -1608,6 +1628,7 @@ def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo,
                 _conv_implicit_block(kern, &geo, Wp, O.data, co, m, npix, blk, zeros, buf + tid * per,
                                      <const float **>(buf + tid * per + npix * width))
     free(Wp)
+    free(Wt)
     free(zeros)
     free(buf)
 
@@ -1615,21 +1636,22 @@ def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo,
 cdef void _conv_implicit_grad_block(const nk_gemm_kernel *kern, const _Windows *g, const float *G, Py_ssize_t co,
                                     Py_ssize_t m, Py_ssize_t npix, Py_ssize_t blk, const float *zeros, float *S,
                                     Py_ssize_t lds, float *Gp, float *edge, const float **rows) noexcept nogil:
-    """S (k*k*c x lds) += (the windows of block blk's pixels)^T @ (their rows of G), by kern.convw:
-    a tile of cmr taps of one window row by a strip of cnr channels at a time, over all the block's pixels."""
-    cdef Py_ssize_t r0 = blk * npix, n = npix if npix < m - r0 else m - r0, ki, t, j
-    cdef Py_ssize_t kc = g.k * g.c, CMR = kern.cmr, CNR = kern.cnr
+    """S (k*k*c x lds, in the segments' order) += (the windows of block blk's pixels)^T @ (their rows
+    of G), by kern.convw: a tile of cmr floats of one segment by a strip of cnr channels at a time,
+    over all the block's pixels."""
+    cdef Py_ssize_t r0 = blk * npix, n = npix if npix < m - r0 else m - r0, seg, t, j
+    cdef Py_ssize_t L = g.seglen, CMR = kern.cmr, CNR = kern.cnr
     _window_rows(g, r0, n, zeros, edge, rows)
     nk_pack_b(G + r0 * co, co, n, 0, co, <int>CNR, Gp)  # strip j of the block's g at Gp + j * n
     cdef nk_convw_fn convw
-    for ki in range(g.k):
+    for seg in range(g.nseg):
         t = 0
-        while t < kc:
+        while t < L:
             j = 0
             while j < co:
                 convw = kern.convw1 if co - j <= CNR // 2 else kern.convw
-                convw(n, rows + ki, g.k, t, Gp + j * n, CNR, S + (ki * kc + t) * lds + j, lds,
-                      CMR if CMR < kc - t else kc - t, CNR if CNR < co - j else co - j)
+                convw(n, rows + seg, g.nseg, t, Gp + j * n, CNR, S + (seg * L + t) * lds + j, lds,
+                      CMR if CMR < L - t else L - t, CNR if CNR < co - j else co - j)
                 j += CNR
             t += CMR
 
@@ -1647,7 +1669,7 @@ def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pa
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
     cdef Py_ssize_t co = c_out, kc = geo.k * geo.c, width = geo.k * kc, m = shape[0] * geo.ho * geo.wo
     cdef Py_ssize_t lds = (co + kern.cnr - 1) // kern.cnr * kern.cnr, size = width * lds
-    cdef Py_ssize_t npix, nblocks, per, blk, i, t
+    cdef Py_ssize_t npix, nblocks, per, blk, i, t, seg
     cdef int tid
     if width * co == 0:
         return
@@ -1659,8 +1681,8 @@ def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pa
     cdef int nt = _threads_for(2 * m * width * co // 64)
     if nt > nblocks:
         nt = <int>nblocks
-    # per thread: its sum, the block's g in strips, the edge rows, the row table
-    per = size + npix * lds + npix * width + npix * geo.k * 2
+    # per thread: its sum, the block's g in strips, the edge segments, the segment table
+    per = size + npix * lds + npix * width + npix * geo.nseg * 2
     cdef float *zeros = <float *>nk_aligned_alloc(kc * sizeof(float))
     cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
     if zeros == NULL or buf == NULL:
@@ -1688,8 +1710,9 @@ def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pa
         for tid in range(1, nt):
             for i in range(size):
                 buf[i] += buf[tid * per + i]
-        for t in range(width):
-            memcpy(O.data + t * co, buf + t * lds, co * sizeof(float))
+        for seg in range(geo.nseg):
+            for t in range(geo.seglen):
+                memcpy(O.data + _tap_row(&geo, seg, t) * co, buf + (seg * geo.seglen + t) * lds, co * sizeof(float))
     free(zeros)
     free(buf)
 

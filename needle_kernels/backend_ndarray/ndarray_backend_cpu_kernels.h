@@ -265,20 +265,27 @@ NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t
     }
 }
 
-/* The row table of conv_implicit's convolution kernels (see the gemm header) for the pixels
- * r0 .. r0 + npix: rows[p * k + ki] points at the k * c floats of row ki of pixel p's k x k
- * window, at (i*s - ph + ki, j*s - pw) of the NHWC image a[b*sn + y*sh + x*sw + ch*sc]
- * (h x w x c). Where the row lies inside an image whose pixels are contiguous (sc == 1,
- * sw == c) it is the image's own memory; wholly outside, ``zeros`` (k * c zeros); otherwise
- * a copy gathered into ``edge`` (zero outside the image), which holds at most npix * k * k * c
- * floats. */
+/* The segment table of conv_implicit's convolution kernels (see the gemm header) for the pixels
+ * r0 .. r0 + npix of the NHWC image a[b*sn + y*sh + x*sw + ch*sc] (h x w x c), whose k x k
+ * windows start at (i*s - ph, j*s - pw). A window is read as nseg segments of contiguous floats:
+ *
+ * - rows (planar == 0): segment ki is the window's row ki, k * c floats (kj, ch), in the image
+ *   itself where its pixels are contiguous (sc == 1, sw == c);
+ * - planes (planar != 0, an image whose rows are contiguous in each channel, sw == 1: an NCHW
+ *   batch seen as NHWC): segment ki * c + ch is channel ch of row ki, k floats (kj).
+ *
+ * rows[p * nseg + seg] points at segment seg of pixel p's window: in the image, at ``zeros``
+ * (k * c zeros) where the segment lies wholly outside it, or at a copy gathered into ``edge``
+ * (zero outside the image; at most npix * k * k * c floats) where it is cut by the image's
+ * edge or its floats are not contiguous. */
 static void nk_window_rows(const float *a, ptrdiff_t sn, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t sc, ptrdiff_t h,
                            ptrdiff_t w, ptrdiff_t c, ptrdiff_t k, ptrdiff_t s, ptrdiff_t ph, ptrdiff_t pw,
-                           ptrdiff_t ho, ptrdiff_t wo, ptrdiff_t r0, ptrdiff_t npix, const float *zeros,
-                           float *edge, const float **rows)
+                           ptrdiff_t ho, ptrdiff_t wo, int planar, ptrdiff_t r0, ptrdiff_t npix,
+                           const float *zeros, float *edge, const float **rows)
 {
-    const ptrdiff_t kc = k * c;
-    const int dense = sc == 1 && sw == c;
+    const ptrdiff_t planes = planar ? c : 1, seglen = planar ? k : k * c, nseg = k * planes;
+    const ptrdiff_t cc = planar ? 1 : c; /* channels in one segment */
+    const int dense = planar ? sw == 1 : sc == 1 && sw == c;
     for (ptrdiff_t p = 0; p < npix; p++) {
         const ptrdiff_t q = r0 + p, j = q % wo, i = q / wo % ho, b = q / wo / ho;
         const ptrdiff_t x0 = j * s - pw;
@@ -286,24 +293,27 @@ static void nk_window_rows(const float *a, ptrdiff_t sn, ptrdiff_t sh, ptrdiff_t
         const ptrdiff_t kj_lo = x0 < 0 ? (-x0 < k ? -x0 : k) : 0;
         const ptrdiff_t kj_hi = w - x0 < k ? (w - x0 > kj_lo ? w - x0 : kj_lo) : k;
         const int whole = dense && kj_lo == 0 && kj_hi == k;
+        const float **seg = rows + p * nseg;
         for (ptrdiff_t ki = 0; ki < k; ki++) {
             const ptrdiff_t y = i * s + ki - ph;
-            if (y < 0 || y >= h || kj_hi == kj_lo) {
-                rows[p * k + ki] = zeros;
-                continue;
+            for (ptrdiff_t pl = 0; pl < planes; pl++, seg++) {
+                if (y < 0 || y >= h || kj_hi == kj_lo) {
+                    *seg = zeros;
+                    continue;
+                }
+                const float *src = a + b * sn + y * sh + pl * sc + (x0 + kj_lo) * sw;
+                if (whole) {
+                    *seg = src;
+                    continue;
+                }
+                float *d = edge;
+                edge += seglen;
+                *seg = d;
+                for (ptrdiff_t t = 0; t < kj_lo * cc; t++) d[t] = 0.0f;
+                for (ptrdiff_t kj = kj_lo; kj < kj_hi; kj++)
+                    for (ptrdiff_t ch = 0; ch < cc; ch++) d[kj * cc + ch] = src[(kj - kj_lo) * sw + ch * sc];
+                for (ptrdiff_t t = kj_hi * cc; t < seglen; t++) d[t] = 0.0f;
             }
-            const float *src = a + b * sn + y * sh + (x0 + kj_lo) * sw;
-            if (whole) {
-                rows[p * k + ki] = src;
-                continue;
-            }
-            float *d = edge;
-            edge += kc;
-            rows[p * k + ki] = d;
-            for (ptrdiff_t t = 0; t < kj_lo * c; t++) d[t] = 0.0f;
-            for (ptrdiff_t kj = kj_lo; kj < kj_hi; kj++)
-                for (ptrdiff_t ch = 0; ch < c; ch++) d[kj * c + ch] = src[(kj - kj_lo) * sw + ch * sc];
-            for (ptrdiff_t t = kj_hi * c; t < kc; t++) d[t] = 0.0f;
         }
     }
 }
