@@ -146,8 +146,9 @@ def run_cpu(args):
 
 
 def conv_rows(b, nd, rng):
-    """A padded 3x3 convolution's forward and weight gradient both ways the Conv op can take
-    (im2col's product, Winograd F(2x2, 3x3) / F(3x3, 2x2)), against numpy's im2col + matmul;
+    """A padded 3x3 convolution's forward and weight gradient the ways the Conv op can take
+    (im2col's product, Winograd F(2x2, 3x3) / F(3x3, 2x2), the forward without an im2col matrix),
+    against numpy's im2col + matmul;
     GFLOP/s counts the direct form's multiply-adds, so Winograd's figure is the speed it gives.
     Shapes: the conv row of bench_models.py, and ResNet9's 32-channel residual block (4x4 maps,
     batch 128)."""
@@ -169,6 +170,8 @@ def conv_rows(b, nd, rng):
         b.case(f"conv 3x3 fwd ({n},{h},{h},{c})->{c}, im2col @", "GFLOP/s", flops, np_conv, im2col_conv)
         b.case(f"conv 3x3 fwd ({n},{h},{h},{c})->{c}, Winograd", "GFLOP/s", flops, np_conv,
                lambda: ops_conv._winograd_conv3x3(d_img, d_w))
+        b.case(f"conv 3x3 fwd ({n},{h},{h},{c})->{c}, implicit", "GFLOP/s", flops, np_conv,
+               lambda: nd.conv_implicit(d_img, d_w, 1, 0, 0, (h, h)))
         # the weight gradient: im2col^T @ dY, or Winograd's F(3x3, 2x2) from the image and dY
         g = rng.standard_normal((n * h * h, c), dtype=np.float32)
         d_g = nd.array(g, device=nd.cpu())

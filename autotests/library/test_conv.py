@@ -104,14 +104,25 @@ def test_conv_skips_taps_that_only_meet_padding(device, shape, k, stride, paddin
     ((2, 5, 4, 16), 0, False),  # no padding: a 3x2 output, a tile half outside along H
     ((1, 3, 4, 16), 2, True),   # padding 2 = K - 1: dA is a convolution without padding
 ])
-def test_conv_3x3_of_many_channels_runs_winograd(device, shape, padding, grad):
+def test_conv_3x3_of_many_channels_runs_winograd(device, shape, padding, grad, conv_path, monkeypatch):
     from needle_kernels.backend_selection import array_api
+    from needle_kernels.ops import ops_conv
 
+    # maps this small run Winograd only where the backend cannot convolve without an im2col matrix
+    implicit = conv_path == "implicit" and array_api.conv_implicit_runs_on(device)
     check_op(lambda a, b: ndl.conv(a, b, stride=1, padding=padding), lambda a, b: np_conv(a, b, 1, padding),
              rand(*shape), rand(3, 3, shape[3], 16), device=device, rtol=1e-4, atol=1e-4, grad=grad)
     out = ndl.conv(ndl.Tensor(rand(*shape), device=device), ndl.Tensor(rand(3, 3, shape[3], 16), device=device),
                    padding=padding)
-    _, padded, cols = out.saved  # Winograd makes no im2col matrix in the forward pass
+    _, padded, cols = out.saved  # Winograd makes no im2col matrix in the forward pass, nor a padded image the implicit way
+    assert (padded is None and cols is None) if implicit else \
+        (padded is not None and (cols is None) == array_api.winograd_runs_on(device))
+    monkeypatch.setattr(ops_conv, "WINOGRAD_MIN_PIXELS", 0)  # and on maps of any size, Winograd
+    check_op(lambda a, b: ndl.conv(a, b, stride=1, padding=padding), lambda a, b: np_conv(a, b, 1, padding),
+             rand(*shape), rand(3, 3, shape[3], 16), device=device, rtol=1e-4, atol=1e-4, grad=grad)
+    out = ndl.conv(ndl.Tensor(rand(*shape), device=device), ndl.Tensor(rand(3, 3, shape[3], 16), device=device),
+                   padding=padding)
+    _, padded, cols = out.saved
     assert padded is not None and (cols is None) == array_api.winograd_runs_on(device)
 
 

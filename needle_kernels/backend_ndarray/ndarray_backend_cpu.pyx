@@ -114,6 +114,7 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                         Py_ssize_t n, double *dw, double *db)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
+    void nk_prefetch(const float *p, Py_ssize_t n)
     void nk_window_rows(const float *a, Py_ssize_t sn, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t sc, Py_ssize_t h,
                         Py_ssize_t w, Py_ssize_t c, Py_ssize_t k, Py_ssize_t s, Py_ssize_t ph, Py_ssize_t pw,
                         Py_ssize_t ho, Py_ssize_t wo, int planar, Py_ssize_t r0, Py_ssize_t npix,
@@ -1542,6 +1543,9 @@ cdef inline Py_ssize_t _tap_row(const _Windows *g, Py_ssize_t seg, Py_ssize_t t)
 
 cdef inline void _window_rows(const _Windows *g, Py_ssize_t r0, Py_ssize_t npix, const float *zeros, float *edge,
                               const float **rows) noexcept nogil:
+    cdef Py_ssize_t per_image = g.ho * g.wo, b0 = r0 // per_image, b1 = (r0 + npix - 1) // per_image
+    if g.sn == g.h * g.w * g.c:  # the images the block reads lie in one span: sweep it in first
+        nk_prefetch(g.a + b0 * g.sn, (b1 - b0 + 1) * g.sn)
     nk_window_rows(g.a, g.sn, g.sh, g.sw, g.sc, g.h, g.w, g.c, g.k, g.s, g.ph, g.pw, g.ho, g.wo, g.planar, r0, npix,
                    zeros, edge, rows)
 

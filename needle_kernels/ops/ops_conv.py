@@ -185,6 +185,10 @@ WINOGRAD_MIN_CHANNELS = 16
 # Its weight gradient (F(3x3, 2x2)) gains only on larger maps: bench_backend's "conv 3x3 dW" rows
 # put it 2.5x ahead of im2col's product on 16x16 maps and behind on ResNet9's 4x4 ones
 WINOGRAD_DW_MIN_PIXELS = 64
+# Nor its forward on maps of fewer output pixels, where the backend convolves without an im2col
+# matrix: bench_backend's "conv 3x3 fwd (128,4,4,32)" rows put the two level (193 and 189 GFLOP/s)
+# and that kernel needs no padded copy of the image
+WINOGRAD_MIN_PIXELS = 64
 # An im2col matrix this big (1 MB of floats, an L2 here) or bigger is not made where the backend
 # reads the windows where they lie (conv_implicit). bench_backend.py's "implicit" rows: on ResNet9's
 # first layer (an 8192 x 147 matrix) the in-place kernels ran 1.7x (forward) and 1.8x (weight
@@ -253,7 +257,8 @@ class Conv(TensorOp):
         kl = hi - lo + 1
         ho, wo = ((_padded_size(size, pw) - kl) // self.stride + 1 for size, pw in zip(A.shape[1:3], pad_width[1:3]))
         image = A
-        if not _winograd_shape(kl, self.stride, c_in, c_out) and _implicit_pays(A, A.shape[0] * ho * wo, kl * kl * c_in):
+        if ((not _winograd_shape(kl, self.stride, c_in, c_out) or ho * wo < WINOGRAD_MIN_PIXELS)
+                and _implicit_pays(A, A.shape[0] * ho * wo, kl * kl * c_in)):
             # the backend reads the windows from A itself: no padded copy, no im2col matrix, and
             # the weight gradient reads them again from A (saved: the image alone). Its kernels
             # read a window's rows in place where a pixel's channels are contiguous (NHWC), or
