@@ -315,12 +315,16 @@ def batchnorm_apply(x, scale, shift, relu=False):
     return numpy.maximum(y, 0) if relu else y
 
 
-def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
+def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats, relu_out=None):
     """``(dx, dweight, dbias)`` of (x - mean) * invstd * weight + bias for the adjoint dy, in x's dtype
-    (the formulas of ``ndarray_backend_numpy.batchnorm_backward``)."""
+    (the formulas of ``ndarray_backend_numpy.batchnorm_backward``); with ``relu_out``, dy counts
+    only where that ReLU output is > 0."""
     _bn_columns("batchnorm_backward", x)
     rows = x.shape[0]
     X, G = x.astype(numpy.float64), dy.astype(numpy.float64)
+    if relu_out is not None:
+        _same_shape("batchnorm_backward", dy, relu_out)
+        G = numpy.where(relu_out > 0, G, 0.0)
     s = invstd.astype(numpy.float64)
     xhat = (X - mean) * s
     db, dw = G.sum(axis=0), (G * xhat).sum(axis=0)

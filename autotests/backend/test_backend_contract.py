@@ -788,6 +788,33 @@ def test_batchnorm(backend, ref, rows, cols, spread, batch_stats, seed):
 
 
 @given_settings
+@given(st.integers(1, 40), st.integers(1, 70), st.booleans(), st.integers(0, 2**32 - 1))
+def test_batchnorm_backward_through_relu(backend, ref, rows, cols, batch_stats, seed):
+    """With the ReLU's output, dy counts only where that output is > 0: the same results, bit for
+    bit, as the call without it on dy masked beforehand (zeros and negative zeros masked too)."""
+    rng = np.random.default_rng(seed)
+    x, dy = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
+    relu_out = np.maximum(rng.standard_normal((rows, cols)).astype(np.float32), 0)
+    relu_out.ravel()[::7] = -0.0
+    w, mean = rng.standard_normal(cols).astype(np.float32), x.mean(0)
+    invstd = (1 / np.sqrt(x.var(0) + np.float32(1e-5))).astype(np.float32)
+    results = []
+    for module in (backend, ref):
+        per_call = []
+        for g, mask in ((dy, relu_out), (np.where(relu_out > 0, dy, 0).astype(np.float32), None)):
+            ins = [put(module, a.ravel()) for a in (x, g, mean, invstd, w)]
+            outs = module.Array(rows * cols), module.Array(cols), module.Array(cols)
+            extra = () if mask is None else (put(module, mask.ravel()),)
+            module.batchnorm_backward(*ins, *outs, rows, cols, batch_stats, *extra)
+            per_call.append([get(module, o) for o in outs])
+        for a, b in zip(*per_call):
+            np.testing.assert_array_equal(a, b)
+        results.append(per_call[0])
+    for a, b in zip(*results):
+        close(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max(initial=0))))
+
+
+@given_settings
 @given(st.integers(1, 70), st.floats(1e-6, 1e-2), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
 def test_batchnorm_fold(backend, ref, cols, eps, momentum, seed):
     # a training step's per-channel values: inverse std, scale, shift and the running averages

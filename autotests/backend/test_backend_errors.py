@@ -384,6 +384,13 @@ def test_batchnorm_bad_sizes(backend, ref, fn, sizes, dims):
     raises_like_reference(backend, ref, fn, lambda m: arrays(m, *sizes) + list(dims))
 
 
+def test_batchnorm_backward_bad_relu_out(backend, ref):
+    # the ReLU's output has 11 elements, not one per element of x (3 x 4)
+    message = raises_like_reference(backend, ref, "batchnorm_backward",
+                                    lambda m: arrays(m, 12, 12, 4, 4, 4, 12, 4, 4) + [3, 4, True, m.Array(11)])
+    assert "relu_out" in message
+
+
 @pytest.mark.parametrize("sizes, dims", [
     ((12, 4, 11), (3, 4)),   # out too small
     ((12, 5, 12), (3, 4)),   # bias has 5, not one per column

@@ -702,6 +702,33 @@ def test_layernorm_backward_matches_reference(be, rows, cols):
         np.testing.assert_array_equal(_get(be, dbias), 0.0)
 
 
+@pytest.mark.parametrize("rows,cols", [(1, 1), (7, 3), (300, 40), (2000, 17)])
+@pytest.mark.parametrize("batch_stats", [True, False])
+@pytest.mark.parametrize("relu", [False, True])
+def test_batchnorm_backward_matches_reference(be, rows, cols, batch_stats, relu):
+    """The column sums and dx, with dy read through a ReLU's mask (its output, zeros and negative
+    zeros included) or as it is."""
+    local = np.random.default_rng(rows * 100 + cols)
+    x, dy = (local.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
+    weight = local.standard_normal(cols).astype(np.float32)
+    mean, invstd = x.mean(0), (1 / np.sqrt(x.var(0) + np.float32(1e-5))).astype(np.float32)
+    relu_out = np.maximum(local.standard_normal((rows, cols)).astype(np.float32), 0)
+    relu_out.ravel()[::5] = -0.0
+    mask = (relu_out,) if relu else ()
+    dx, dweight, dbias = be.Array(rows * cols), be.Array(cols), be.Array(cols)
+    be.batchnorm_backward(*(_put(be, a) for a in (x, dy, mean, invstd, weight)), dx, dweight, dbias, rows, cols,
+                          batch_stats, *(_put(be, a) for a in mask))
+    rdx, rdweight, rdbias = ref.Array(rows * cols), ref.Array(cols), ref.Array(cols)
+    ref.batchnorm_backward(*(_ref(a) for a in (x, dy, mean, invstd, weight)), rdx, rdweight, rdbias, rows, cols,
+                           batch_stats, *(_ref(a) for a in mask))
+    for got, want, what in ((dbias, rdbias, "dbias"), (dweight, rdweight, "dweight"), (dx, rdx, "dx")):
+        np.testing.assert_allclose(_get(be, got), want.array, rtol=1e-5, atol=1e-5, err_msg=what)
+    if relu:  # a wrong-sized mask is named
+        with pytest.raises(ValueError, match="relu_out"):
+            be.batchnorm_backward(*(_put(be, a) for a in (x, dy, mean, invstd, weight)), dx, dweight, dbias, rows,
+                                  cols, batch_stats, be.Array(rows * cols + 1))
+
+
 def test_layernorm_in_place_and_bad_arguments(be):
     rows, cols = 5, 40
     x, weight, bias = _layernorm_inputs(rows, cols)

@@ -100,13 +100,13 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                 float ommom, float wd, int has_wd)
     void *nk_buffer_alloc(size_t nbytes)
     void nk_bn_col_sums(const float *x, Py_ssize_t rows, Py_ssize_t n, const double *center, double *acc)
-    void nk_bn_grad_sums(const float *x, const float *dy, Py_ssize_t rows, Py_ssize_t n, const double *mean,
-                         const double *invstd, double *db, double *dw)
+    void nk_bn_grad_sums(const float *x, const float *dy, const float *y, Py_ssize_t rows, Py_ssize_t n,
+                         const double *mean, const double *invstd, double *db, double *dw)
     void nk_bias_add_rows(const float *a, const float *bias, float *out, Py_ssize_t rows, Py_ssize_t n)
     void nk_bn_apply_rows(const float *x, const float *scale, const float *shift, float *out, Py_ssize_t rows,
                           Py_ssize_t n, int relu)
-    void nk_bn_dx_rows(const float *x, const float *dy, const float *k, const float *gm, const float *mean,
-                       const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
+    void nk_bn_dx_rows(const float *x, const float *dy, const float *y, const float *k, const float *gm,
+                       const float *mean, const float *xd, float *dx, Py_ssize_t rows, Py_ssize_t n)
     void nk_softmax_grad_row(const float *y, const float *g, float *out, Py_ssize_t n)
     void nk_ln_row(const float *x, const float *w, const float *b, float *out, Py_ssize_t n, double eps,
                    float *mean, float *invstd)
@@ -2016,11 +2016,12 @@ cdef inline void _col_sums(const float *x, Py_ssize_t r0, Py_ssize_t r1, Py_ssiz
         nk_bn_col_sums(x + r0 * cols, r1 - r0, cols, center, acc)
 
 
-cdef inline void _grad_sums(const float *x, const float *dy, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t cols,
-                            const double *mean, const double *s, double *acc) noexcept nogil:
-    """acc[c] += dy, acc[cols + c] += dy * xhat over rows r0..r1."""
+cdef inline void _grad_sums(const float *x, const float *dy, const float *y, Py_ssize_t r0, Py_ssize_t r1,
+                            Py_ssize_t cols, const double *mean, const double *s, double *acc) noexcept nogil:
+    """acc[c] += dy, acc[cols + c] += dy * xhat over rows r0..r1 (dy masked by y > 0 unless y is NULL)."""
     if r1 > r0:
-        nk_bn_grad_sums(x + r0 * cols, dy + r0 * cols, r1 - r0, cols, mean, s, acc, acc + cols)
+        nk_bn_grad_sums(x + r0 * cols, dy + r0 * cols, y + r0 * cols if y != NULL else NULL, r1 - r0, cols, mean,
+                        s, acc, acc + cols)
 
 
 cdef class _ColumnScratch:
@@ -2165,9 +2166,9 @@ def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
                                  min(step, cr - t * step), cc, with_relu)
 
 
-def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):
+def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats, relu_out=None):
     """dbias, dweight and dx of the batch norm (see the reference): one pass for the column sums,
-    one for dx."""
+    one for dx, both reading dy through the ReLU's mask where relu_out is given."""
     cdef Array X = _arr("batchnorm_backward", "x", x)
     cdef Array G = _arr("batchnorm_backward", "dy", dy)
     cdef Array M = _arr("batchnorm_backward", "mean", mean)
@@ -2176,12 +2177,15 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     cdef Array DX = _arr("batchnorm_backward", "dx", dx)
     cdef Array DW = _arr("batchnorm_backward", "dweight", dweight)
     cdef Array DB = _arr("batchnorm_backward", "dbias", dbias)
+    cdef Array Y = None if relu_out is None else _arr("batchnorm_backward", "relu_out", relu_out)
     rows, cols = _check_dims("batchnorm_backward", (("rows", rows), ("cols", cols)))
     cdef Py_ssize_t cr = rows, cc = cols, c, r, step, t
     if not (cr >= 1 and cc >= 1 and X.size == cr * cc and G.size == cr * cc and DX.size == cr * cc
-            and M.size == cc and S.size == cc and W.size == cc and DW.size == cc and DB.size == cc):
-        check_batchnorm("batchnorm_backward", rows, cols, dict(x=X, dy=G, dx=DX),
-                        dict(mean=M, invstd=S, weight=W, dweight=DW, dbias=DB))
+            and M.size == cc and S.size == cc and W.size == cc and DW.size == cc and DB.size == cc
+            and (Y is None or Y.size == cr * cc)):
+        full = dict(x=X, dy=G, dx=DX) if Y is None else dict(x=X, dy=G, dx=DX, relu_out=Y)
+        check_batchnorm("batchnorm_backward", rows, cols, full, dict(mean=M, invstd=S, weight=W, dweight=DW, dbias=DB))
+    cdef const float *y = NULL if Y is None else Y.data
     cdef int stats = bool(batch_stats)
     cdef int nt = _threads_for(cr * cc * 3)
     cdef _ColumnScratch sc = _ColumnScratch(nt, 2 * cc, 5)
@@ -2204,7 +2208,7 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     with nogil:
         for t in prange(nt, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            _grad_sums(X.data, G.data, t * step, min((t + 1) * step, cr), cc, m, s, sc.acc + t * 2 * cc)
+            _grad_sums(X.data, G.data, y, t * step, min((t + 1) * step, cr), cc, m, s, sc.acc + t * 2 * cc)
         sc.total(sums)
         for c in range(cc):
             DB.data[c] = <float>sums[c]
@@ -2215,8 +2219,8 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
             gm[c] = <float>(sums[c] / cr) if stats else 0.0
         for t in prange(nt, num_threads=nt, schedule="static"):
             if t * step < cr:
-                nk_bn_dx_rows(X.data + t * step * cc, G.data + t * step * cc, kg, gm, mf, xd,
-                              DX.data + t * step * cc, min(step, cr - t * step), cc)
+                nk_bn_dx_rows(X.data + t * step * cc, G.data + t * step * cc, y + t * step * cc if y != NULL else NULL,
+                              kg, gm, mf, xd, DX.data + t * step * cc, min(step, cr - t * step), cc)
 
 
 # ---------------------------------------------------------------- layer normalization

@@ -167,10 +167,32 @@ NK_CLONES static void nk_bn_col_sums(const float *restrict x, ptrdiff_t rows, pt
 }
 
 /* db[c] += dy[r, c] and dw[c] += dy[r, c] * (x[r, c] - mean[c]) * invstd[c] over the rows, in float64. */
-NK_CLONES static void nk_bn_grad_sums(const float *restrict x, const float *restrict dy, ptrdiff_t rows,
-                                      ptrdiff_t n, const double *restrict mean, const double *restrict invstd,
-                                      double *restrict db, double *restrict dw)
+/* d where y > 0, else +0 (whatever d is, NaN included): the ReLU's adjoint as a bit mask, which
+ * gcc vectorises where a select of d or 0 stays a branch. */
+static inline float nk_relu_pass(float d, float y)
 {
+    uint32_t bits, keep = -(uint32_t)(y > 0.0f);
+    memcpy(&bits, &d, sizeof bits);
+    bits &= keep;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+/* relu (y != NULL): dy counts only where the ReLU's output y > 0; the loops are written twice so
+ * that the one without a mask reads no y. */
+NK_CLONES static void nk_bn_grad_sums(const float *restrict x, const float *restrict dy, const float *restrict y,
+                                      ptrdiff_t rows, ptrdiff_t n, const double *restrict mean,
+                                      const double *restrict invstd, double *restrict db, double *restrict dw)
+{
+    if (y) {
+        for (ptrdiff_t r = 0; r < rows; r++)
+            for (ptrdiff_t c = 0; c < n; c++) {
+                double g = nk_relu_pass(dy[r * n + c], y[r * n + c]);
+                db[c] += g;
+                dw[c] += g * (x[r * n + c] - mean[c]) * invstd[c];
+            }
+        return;
+    }
     for (ptrdiff_t r = 0; r < rows; r++)
         for (ptrdiff_t c = 0; c < n; c++) {
             double g = dy[r * n + c];
@@ -179,11 +201,20 @@ NK_CLONES static void nk_bn_grad_sums(const float *restrict x, const float *rest
         }
 }
 
-/* dx = k * ((dy - gm) - (x - mean) * xd), the per-channel k, gm, mean, xd precomputed. */
-NK_CLONES static void nk_bn_dx_rows(const float *restrict x, const float *restrict dy, const float *restrict k,
-                                    const float *restrict gm, const float *restrict mean,
+/* dx = k * ((dy - gm) - (x - mean) * xd), the per-channel k, gm, mean, xd precomputed; dy masked
+ * by the ReLU's output y as in nk_bn_grad_sums. */
+NK_CLONES static void nk_bn_dx_rows(const float *restrict x, const float *restrict dy, const float *restrict y,
+                                    const float *restrict k, const float *restrict gm, const float *restrict mean,
                                     const float *restrict xd, float *restrict dx, ptrdiff_t rows, ptrdiff_t n)
 {
+    if (y) {
+        for (ptrdiff_t r = 0; r < rows; r++)
+            for (ptrdiff_t c = 0; c < n; c++) {
+                float g = nk_relu_pass(dy[r * n + c], y[r * n + c]);
+                dx[r * n + c] = k[c] * ((g - gm[c]) - (x[r * n + c] - mean[c]) * xd[c]);
+            }
+        return;
+    }
     for (ptrdiff_t r = 0; r < rows; r++)
         for (ptrdiff_t c = 0; c < n; c++)
             dx[r * n + c] = k[c] * ((dy[r * n + c] - gm[c]) - (x[r * n + c] - mean[c]) * xd[c]);

@@ -848,19 +848,23 @@ def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
             (x.array, scale.array, shift.array, out.array, _i64(rows), _i64(cols), np.int32(1 if relu else 0)))
 
 
-def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):
-    """dbias, dweight and dx of the batch norm (see the reference): the column sums, then dx."""
+def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats, relu_out=None):
+    """dbias, dweight and dx of the batch norm (see the reference): the column sums, then dx, both
+    reading dy through the ReLU's mask where relu_out is given."""
     _require("batchnorm_backward")
-    _check_arrays("batchnorm_backward", x=x, dy=dy, mean=mean, invstd=invstd, weight=weight, dx=dx,
-                  dweight=dweight, dbias=dbias)
+    full = dict(x=x, dy=dy, dx=dx) if relu_out is None else dict(x=x, dy=dy, dx=dx, relu_out=relu_out)
+    _check_arrays("batchnorm_backward", **full, mean=mean, invstd=invstd, weight=weight, dweight=dweight,
+                  dbias=dbias)
     rows, cols = int(rows), int(cols)
-    check_batchnorm("batchnorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx),
+    check_batchnorm("batchnorm_backward", rows, cols, full,
                     dict(mean=mean, invstd=invstd, weight=weight, dweight=dweight, dbias=dbias))
+    # without a mask the kernels get dy in its place, never read
+    mask = (dy.array if relu_out is None else relu_out.array, np.int32(relu_out is not None))
     _launch(_kernel("batchnorm_grad_sums"), _bn_columns_grid(cols), _BN_BLOCK,
-            (x.array, dy.array, mean.array, invstd.array, dweight.array, dbias.array, _i64(rows), _i64(cols)))
+            (x.array, dy.array, *mask, mean.array, invstd.array, dweight.array, dbias.array, _i64(rows), _i64(cols)))
     _launch(_kernel("batchnorm_grad_input"), *grid_1d(rows * cols),
-            (x.array, dy.array, mean.array, invstd.array, weight.array, dweight.array, dbias.array, dx.array,
-             _i64(rows), _i64(cols), np.int32(1 if batch_stats else 0)))
+            (x.array, dy.array, *mask, mean.array, invstd.array, weight.array, dweight.array, dbias.array,
+             dx.array, _i64(rows), _i64(cols), np.int32(1 if batch_stats else 0)))
 
 
 # ---------------------------------------------------------------- layer normalization

@@ -578,7 +578,7 @@ def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
     out.array.reshape(rows, cols)[...] = np.maximum(y, np.float32(0)) if relu else y
 
 
-def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats):
+def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats, relu_out=None):
     """Gradients of out = (x - mean) * invstd * weight + bias given dy, with xhat = (x - mean) * invstd:
 
         dbias[c]   = sum_r dy[r, c]
@@ -589,11 +589,18 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     with k = weight * invstd. ``batch_stats`` says mean and invstd are the batch's own (training),
     so they depend on x; otherwise (eval: running statistics) they are constants. The sums
     accumulate in float64 and the dx formula runs in float64 per element, rounded once.
+
+    ``relu_out`` (rows, cols), when given, is the output of a ReLU after the batch norm: dy is
+    its adjoint, and dy[r, c] counts only where relu_out[r, c] > 0 (0 elsewhere), so the ReLU's
+    gradient takes no pass of its own.
     """
-    check_batchnorm("batchnorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx),
+    full = dict(x=x, dy=dy, dx=dx) if relu_out is None else dict(x=x, dy=dy, dx=dx, relu_out=relu_out)
+    check_batchnorm("batchnorm_backward", rows, cols, full,
                     dict(mean=mean, invstd=invstd, weight=weight, dweight=dweight, dbias=dbias))
     X = x.array.reshape(rows, cols).astype(np.float64)
     G = dy.array.reshape(rows, cols).astype(np.float64)
+    if relu_out is not None:
+        G = np.where(relu_out.array.reshape(rows, cols) > 0, G, 0.0)
     s = invstd.array.astype(np.float64)
     xhat = (X - mean.array.astype(np.float64)) * s
     db, dw = G.sum(axis=0), (G * xhat).sum(axis=0)

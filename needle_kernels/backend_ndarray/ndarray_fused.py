@@ -338,12 +338,19 @@ def batchnorm_apply(x, scale, shift, relu=False):
     return out
 
 
-def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
-    """``(dx, dweight, dbias)`` of (x - mean) * invstd * weight + bias for the adjoint dy (rows, channels)."""
+def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats, relu_out=None):
+    """``(dx, dweight, dbias)`` of (x - mean) * invstd * weight + bias for the adjoint dy (rows, channels);
+    with ``relu_out``, the output of a ReLU after it, dy is that ReLU's adjoint (it counts where
+    relu_out > 0), applied in the same kernel."""
     x = _columns("batchnorm_backward", x, mean=mean, invstd=invstd, weight=weight)
-    _same_layout("batchnorm_backward", x, dy=dy)
+    if relu_out is None:
+        _same_layout("batchnorm_backward", x, dy=dy)
+    else:
+        _same_layout("batchnorm_backward", x, dy=dy, relu_out=relu_out)
     rows, cols = x.shape
     dev = x._device
+    if relu_out is not None and not _has_kernel(dev, "batchnorm_backward"):
+        dy = relu_backward(dy, relu_out)
     if not _has_kernel(dev, "batchnorm_backward"):
         xhat = (x - _columns_of(mean, x.shape)) * _columns_of(invstd, x.shape)
         db, dw = dy.sum(axis=0), (dy * xhat).sum(axis=0)
@@ -353,8 +360,10 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats):
         dx = k * (dy - _columns_of(db / rows, x.shape) - xhat * _columns_of(dw / rows, x.shape))
         return dx, dw, db
     dx, dw, db = NDArray._new((rows, cols), dev), NDArray._new((cols,), dev), NDArray._new((cols,), dev)
+    mask = () if relu_out is None else (relu_out.compact()._handle,)
     dev.batchnorm_backward(x._handle, dy.compact()._handle, mean.compact()._handle, invstd.compact()._handle,
-                           weight.compact()._handle, dx._handle, dw._handle, db._handle, rows, cols, bool(batch_stats))
+                           weight.compact()._handle, dx._handle, dw._handle, db._handle, rows, cols, bool(batch_stats),
+                           *mask)
     return dx, dw, db
 
 

@@ -100,10 +100,10 @@ class BatchNormRowsGrad(TensorTupleOp):
         self.relu_out = relu_out
 
     def compute(self, x, weight, out_grad):
-        if self.relu_out is not None:
-            out_grad = array_api.relu_backward(out_grad, self.relu_out)
+        relu_out = None if self.relu_out is None else _as_rows(self.relu_out, self.nchw)
         dx, dweight, dbias = array_api.batchnorm_backward(
-            _as_rows(x, self.nchw), _as_rows(out_grad, self.nchw), self.mean, self.invstd, weight, self.batch_stats)
+            _as_rows(x, self.nchw), _as_rows(out_grad, self.nchw), self.mean, self.invstd, weight, self.batch_stats,
+            relu_out)
         return _from_rows(dx, x.shape, self.nchw), dweight, dbias
 
     def gradient(self, out_grad, node):

@@ -77,15 +77,15 @@ extern "C" __global__ void batchnorm_apply(const float* x, const float* scale, c
 }
 
 extern "C" __global__ void __launch_bounds__(BN_LANES * BN_ROWS)
-batchnorm_grad_sums(const float* x, const float* dy, const float* mean, const float* invstd, float* dweight,
-                    float* dbias, index_t rows, index_t cols) {
+batchnorm_grad_sums(const float* x, const float* dy, const float* relu_out, int relu, const float* mean,
+                    const float* invstd, float* dweight, float* dbias, index_t rows, index_t cols) {
     __shared__ double shared[BN_ROWS][BN_LANES];
     const index_t c = (index_t)blockIdx.x * BN_LANES + threadIdx.x;
     double db = 0.0, dw = 0.0;
     if (c < cols) {
         const double m = mean[c], s = invstd[c];
         for (index_t r = threadIdx.y; r < rows; r += BN_ROWS) {
-            const double g = dy[r * cols + c];
+            const double g = relu && !(relu_out[r * cols + c] > 0.0f) ? 0.0 : dy[r * cols + c];
             db += g;
             dw += g * (x[r * cols + c] - m) * s;
         }
@@ -98,19 +98,20 @@ batchnorm_grad_sums(const float* x, const float* dy, const float* mean, const fl
     }
 }
 
-extern "C" __global__ void batchnorm_grad_input(const float* x, const float* dy, const float* mean,
-                                                const float* invstd, const float* weight, const float* dweight,
-                                                const float* dbias, float* dx, index_t rows, index_t cols,
-                                                int batch_stats) {
+extern "C" __global__ void batchnorm_grad_input(const float* x, const float* dy, const float* relu_out, int relu,
+                                                const float* mean, const float* invstd, const float* weight,
+                                                const float* dweight, const float* dbias, float* dx, index_t rows,
+                                                index_t cols, int batch_stats) {
     const index_t n = rows * cols;
     for (index_t i = thread_index(); i < n; i += thread_count()) {
         const index_t c = i % cols;
         const double s = invstd[c], k = (double)weight[c] * s;
+        const double g = relu && !(relu_out[i] > 0.0f) ? 0.0 : dy[i];
         if (batch_stats) {
             const double xh = (x[i] - (double)mean[c]) * s;
-            dx[i] = (float)(k * (dy[i] - (double)dbias[c] / rows - xh * ((double)dweight[c] / rows)));
+            dx[i] = (float)(k * (g - (double)dbias[c] / rows - xh * ((double)dweight[c] / rows)));
         } else {
-            dx[i] = (float)(k * dy[i]);
+            dx[i] = (float)(k * g);
         }
     }
 }
