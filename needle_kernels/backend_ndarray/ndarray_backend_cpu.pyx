@@ -1520,7 +1520,15 @@ cdef _Windows _windows_of(str name, Array A, shape, strides, offset, k, s, pad_h
     view = _read_view(name, shape, strides, offset)
     dims = [_int(name, what, x) for what, x in (("k", k), ("s", s), ("pad_h", pad_h), ("pad_w", pad_w),
                                                 ("ho", ho), ("wo", wo), ("c_out", c_out))]
-    n, h, w, c = check_conv_implicit(name, A, view, *dims, per_pixel, per_tap)
+    cdef Py_ssize_t total
+    cdef Array P = per_pixel[1], T = per_tap[1]
+    # the checks in C where all is well; the shared check (and its message) where not
+    if not (len(view[0]) == 4 and dims[0] >= 1 and dims[1] >= 1 and min(dims[2:]) >= 0
+            and _view_fits(A.size, view[0], view[1], view[2], &total)
+            and P.size == view[0][0] * dims[4] * dims[5] * dims[6]
+            and T.size == dims[0] * dims[0] * view[0][3] * dims[6]):
+        check_conv_implicit(name, A, view, *dims, per_pixel, per_tap)
+    n, h, w, c = view[0]
     st = view[1]
     cdef _Windows geo
     geo.a = A.data + <Py_ssize_t>view[2]
