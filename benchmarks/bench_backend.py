@@ -190,8 +190,8 @@ def implicit_rows(b, nd, rng):
     """Convolutions the im2col matrix of which the backend never makes (conv_implicit and its weight
     gradient: the windows read where they lie) against the product with the matrix made first,
     with numpy's im2col + matmul as the reference. Shapes: ResNet9's first layer (a 7x7 kernel of
-    stride 4 on 3 channels, batch 128: an 8192 x 147 matrix) and its fifth (3x3, stride 2, 64 -> 128
-    channels on 4x4 maps, unpadded: 128 x 576)."""
+    stride 4 on 3 channels, batch 128: an 8192 x 147 matrix) and a layer like its fifth (3x3, stride 2,
+    64 -> 128 channels, one output pixel per image: 128 x 576)."""
     from needle_kernels.ops import ops_conv
 
     for n, h, c, k, s, c_out in ((128, 38, 3, 7, 4, 16), (128, 4, 64, 3, 2, 128)):

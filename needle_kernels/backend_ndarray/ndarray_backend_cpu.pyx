@@ -194,7 +194,8 @@ cdef enum:
     GEMM_PACK_MAX = 1 << 26
     # Floats of one block of Winograd tiles with their 16 products (512 KB: in an L2 here).
     WINOGRAD_BLOCK_FLOATS = 1 << 17
-    # Floats of one block of an implicit im2col matrix's rows, built and multiplied at once (64 KB)
+    # The pixels conv_implicit takes per block: as many as have this many floats of windows (64 KB
+    # were they copied; mostly they are read where they lie, through the block's segment table)
     CONV_IMPLICIT_BLOCK = 1 << 14
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
@@ -1586,10 +1587,11 @@ cdef void _conv_implicit_block(const nk_gemm_kernel *kern, const _Windows *g, co
 def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo, c_out):
     """out = X @ w, X the im2col matrix of an NHWC image view (see the reference), never built:
     the convolution kernel (kern.conv) reads each pixel's window where it lies in the image,
-    through a table of pointers to the window's k rows (k * c contiguous floats each in an NHWC
-    image); only rows that cross the image's edge, or all of them where the image's pixels are
-    not contiguous (a transposed NCHW batch), are gathered into a per-thread buffer first.
-    Neither X (4.8 MB for ResNet9's first layer) nor a padded copy of the image is made."""
+    through a table of pointers to the window's segments (its k rows of k * c floats in an NHWC
+    image; of an NCHW batch seen as NHWC, each row's k floats per channel); only segments cut by
+    the image's edge, or all of them in a view that is neither, are gathered into a per-thread
+    buffer first. Neither X (4.8 MB for ResNet9's first layer) nor a padded or transposed copy of
+    the image is made."""
     cdef Array A = _arr("conv_implicit", "a", a)
     cdef Array W = _arr("conv_implicit", "w", w)
     cdef Array O = _arr("conv_implicit", "out", out)
@@ -1671,7 +1673,7 @@ cdef void _conv_implicit_grad_block(const nk_gemm_kernel *kern, const _Windows *
 def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pad_w, ho, wo, c_out):
     """out = X^T @ g, X the im2col matrix of conv_implicit, never built: the threads split the
     pixels; for each block of them, the weight-gradient kernel (kern.convw) reads their windows
-    through a row table as conv_implicit does and adds (windows)^T @ g into the thread's own
+    through a segment table as conv_implicit does and adds (windows)^T @ g into the thread's own
     (k*k*c, c_out) sum; the sums are added into out at the end."""
     cdef Array A = _arr("conv_implicit_weight_grad", "a", a)
     cdef Array G = _arr("conv_implicit_weight_grad", "g", g)

@@ -222,18 +222,21 @@ typedef struct {
     }
 
 /* The convolution kernels of conv_implicit: the direct kernel's product with A's rows read
- * where they lie. A pixel's row of the im2col matrix is its k x k window, k rows of seglen =
- * k * c floats, contiguous each in an NHWC image but k image rows apart; a table gives the
- * rows: rows[p * nseg + ki] points at row ki of pixel p's window (in the image, or at zeros
- * or a gathered copy where the window leaves the image), so no im2col matrix is built.
+ * where they lie. A pixel's row of the im2col matrix is its k x k window: nseg segments of
+ * seglen contiguous floats each, lying apart in the image (the window's k rows of k * c floats
+ * in an NHWC image; in an NCHW one, each row's k floats per channel). A table gives them:
+ * rows[p * nseg + seg] points at segment seg of pixel p's window (in the image, or at zeros or
+ * a gathered copy where the window leaves the image), so no im2col matrix is built.
  *
  * conv (the forward product): C (mr x nr, ldc) = the windows of the mr <= CMR pixels of
  * rows[0 .. mr * nseg) @ B, B a strip of nr <= NV * W columns of the (nseg * seglen) x c_out
- * weight, packed (nk_pack_b: its rows ldb floats apart). CMR x NV vector accumulators.
+ * weight, its rows in the segments' order, packed (nk_pack_b: its rows ldb floats apart).
+ * CMR x NV vector accumulators.
  *
  * convw (the weight gradient): S (mr x nr, lds) += the sum over npix pixels p of
- * rows[p * nseg][off + i] * G[p * ldg + j]: the taps off .. off + mr of one row of the windows
- * (rows already offset to that row) times a strip of nr <= NV * W columns of g (packed).
+ * rows[p * nseg][off + i] * G[p * ldg + j]: the floats off .. off + mr of one segment of the
+ * windows (rows already offset to that segment) times a strip of nr <= NV * W columns of g
+ * (packed).
  *
  * Each comes with NV = 2 (wide strips) and NV = 1 (a last strip at most one vector wide). */
 #define NK_DEFINE_CONV_NV(SUFFIX, NAME, ATTR, W, CMR, NV)                                       \
