@@ -75,6 +75,22 @@ def test_parameters_are_found_recursively_once(device):
     assert all(m.training for m in model._children())
 
 
+def test_parameters_keep_attribute_order_and_a_module_own_list(device):
+    class Listed(nn.Module):  # says itself which parameters it has: the second linear's only
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(2, 3, device=device), nn.Linear(3, 2, device=device)
+
+        def parameters(self):
+            return self.b.parameters()
+
+    inner = Listed()
+    model = nn.Sequential(nn.Linear(2, 2, device=device), {"x": inner, "y": [inner.a]}, inner.b)
+    first = model.modules[0]
+    want = [first.weight, first.bias, inner.b.weight, inner.b.bias, inner.a.weight, inner.a.bias]
+    assert [id(p) for p in model.parameters()] == [id(p) for p in want]
+
+
 def test_softmax_loss(device):
     z, y = rand(5, 4) * 3, np.array([0, 3, 1, 1, 2])
     shifted = z - z.max(1, keepdims=True)

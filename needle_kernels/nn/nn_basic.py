@@ -31,6 +31,27 @@ def _unpack_params(value: object) -> List[Tensor]:
     return []
 
 
+def _collect_params(value, seen, params):
+    """Append to ``params`` the Parameters found in ``value`` (_unpack_params' walk, in one pass
+    with one ``seen`` set: a training loop asks for them every step)."""
+    if isinstance(value, Parameter):
+        if id(value) not in seen:
+            seen.add(id(value))
+            params.append(value)
+    elif isinstance(value, Module):
+        if type(value).parameters is Module.parameters:
+            _collect_params(value.__dict__, seen, params)
+        else:  # a module that lists its parameters itself
+            for p in value.parameters():
+                _collect_params(p, seen, params)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_params(v, seen, params)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_params(v, seen, params)
+
+
 def _child_modules(value: object) -> List["Module"]:
     if isinstance(value, Module):
         return [value] + value._children()
@@ -56,10 +77,7 @@ class Module:
     def parameters(self) -> List[Tensor]:
         """Every Parameter of this module and its sub-modules, in attribute order, each once."""
         seen, params = set(), []
-        for p in _unpack_params(self.__dict__):
-            if id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
+        _collect_params(self.__dict__, seen, params)
         return params
 
     def _children(self) -> List["Module"]:
