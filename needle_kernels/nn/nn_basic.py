@@ -14,26 +14,16 @@ class Parameter(Tensor):
 
 
 def _unpack_params(value: object) -> List[Tensor]:
-    if isinstance(value, Parameter):
-        return [value]
-    if isinstance(value, Module):
-        return value.parameters()
-    if isinstance(value, dict):
-        params = []
-        for _, v in value.items():
-            params += _unpack_params(v)
-        return params
-    if isinstance(value, (list, tuple)):
-        params = []
-        for v in value:
-            params += _unpack_params(v)
-        return params
-    return []
+    """Every Parameter in ``value`` (a Parameter, a Module, or dicts, lists and tuples of them), in
+    order, each once."""
+    seen, params = set(), []
+    _collect_params(value, seen, params)
+    return params
 
 
 def _collect_params(value, seen, params):
-    """Append to ``params`` the Parameters found in ``value`` (_unpack_params' walk, in one pass
-    with one ``seen`` set: a training loop asks for them every step)."""
+    """Append to ``params`` the Parameters found in ``value`` and not in ``seen``: the whole walk in
+    one pass with one set (a training loop asks for a model's parameters every step)."""
     if isinstance(value, Parameter):
         if id(value) not in seen:
             seen.add(id(value))
@@ -76,9 +66,7 @@ class Module:
 
     def parameters(self) -> List[Tensor]:
         """Every Parameter of this module and its sub-modules, in attribute order, each once."""
-        seen, params = set(), []
-        _collect_params(self.__dict__, seen, params)
-        return params
+        return _unpack_params(self.__dict__)
 
     def _children(self) -> List["Module"]:
         return _child_modules(self.__dict__)
