@@ -527,32 +527,22 @@ def _implicit_case(geometry, layout):
     return data, (shape, strides, offset), (k, s, pad_h, pad_w, ho, wo, c_out), local
 
 
+@pytest.mark.parametrize("fn", ["conv_implicit", "conv_implicit_weight_grad"])
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("geometry", IMPLICIT_GEOMETRIES)
-def test_conv_implicit_matches_reference(be, geometry, layout):
+def test_conv_implicit_matches_reference(be, geometry, layout, fn):
     data, view, conv, local = _implicit_case(geometry, layout)
     n, h, w, c, k, s, pad_h, pad_w, ho, wo, c_out = geometry
-    weight = local.standard_normal(k * k * c * c_out).astype(np.float32)
-    out, expect = be.Array(n * ho * wo * c_out), ref.Array(n * ho * wo * c_out)
+    pixels, taps = n * ho * wo, k * k * c
+    # the forward multiplies the weight (taps, c_out), summing over the taps; the weight gradient
+    # the output's gradient (pixels, c_out), summing over the pixels: float32 sums in another order
+    operand_rows, out_rows, summed = (taps, pixels, taps) if fn == "conv_implicit" else (pixels, taps, pixels)
+    operand = local.standard_normal(operand_rows * c_out).astype(np.float32)
+    out, expect = be.Array(out_rows * c_out), ref.Array(out_rows * c_out)
     be.fill(out, np.nan)  # every element must be written
-    be.conv_implicit(_put(be, data), *view, _put(be, weight), out, *conv)
-    ref.conv_implicit(_ref(data), *view, _ref(weight), expect, *conv)
-    # float32 sums over the k*k*c taps, in another order
-    np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-4, atol=1e-4 * np.sqrt(k * k * c))
-
-
-@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
-@pytest.mark.parametrize("geometry", IMPLICIT_GEOMETRIES)
-def test_conv_implicit_weight_grad_matches_reference(be, geometry, layout):
-    data, view, conv, local = _implicit_case(geometry, layout)
-    n, h, w, c, k, s, pad_h, pad_w, ho, wo, c_out = geometry
-    grad = local.standard_normal(n * ho * wo * c_out).astype(np.float32)
-    out, expect = be.Array(k * k * c * c_out), ref.Array(k * k * c * c_out)
-    be.fill(out, np.nan)
-    be.conv_implicit_weight_grad(_put(be, data), *view, _put(be, grad), out, *conv)
-    ref.conv_implicit_weight_grad(_ref(data), *view, _ref(grad), expect, *conv)
-    # float32 sums over the n*ho*wo pixels, in another order
-    np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-4, atol=1e-4 * np.sqrt(n * ho * wo))
+    getattr(be, fn)(_put(be, data), *view, _put(be, operand), out, *conv)
+    getattr(ref, fn)(_ref(data), *view, _ref(operand), expect, *conv)
+    np.testing.assert_allclose(_get(be, out), expect.array, rtol=1e-4, atol=1e-4 * np.sqrt(summed))
 
 
 def test_conv_implicit_weight_grad_runs_repeat_exactly(be, monkeypatch):

@@ -239,6 +239,19 @@ typedef struct {
  * (packed).
  *
  * Each comes with NV = 2 (wide strips) and NV = 1 (a last strip at most one vector wide). */
+/* convw's loop over the pixels: acc[i] += (tap TAP of the pixel's segment) * its strip of g. */
+#define NK_CONVW_PIXELS(W, CMR, NV, TAP)                                                        \
+    for (ptrdiff_t p = 0; p < npix; p++) {                                                      \
+        const float *a = rows[p * nseg] + off;                                                  \
+        vec b[NV];                                                                              \
+        _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++)                                  \
+            memcpy(&b[v], G + p * ldg + v * (W), sizeof(vec));                                  \
+        _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++) {                              \
+            const float x = a[TAP];                                                             \
+            _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] += x * b[v];       \
+        }                                                                                       \
+    }
+
 #define NK_DEFINE_CONV_NV(SUFFIX, NAME, ATTR, W, CMR, NV)                                       \
     ATTR static void NK_CAT(NK_CAT(nk_conv_, NAME), SUFFIX)(                                    \
         ptrdiff_t nseg, ptrdiff_t seglen, const float *const *rows, const float *restrict B,    \
@@ -278,31 +291,12 @@ typedef struct {
         vec acc[CMR][NV];                                                                       \
         _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++)                                \
             _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] = (vec){0};        \
-        /* the same loop twice, so a whole tile reads its taps at constant offsets; in the     \
+        /* the pixel loop twice, so a whole tile reads its taps at constant offsets; in the    \
          * last, partial one the taps past mr repeat the first (inside the row, never stored) */ \
-        if (mr == (CMR)) {                                                                      \
-            for (ptrdiff_t p = 0; p < npix; p++) {                                              \
-                const float *a = rows[p * nseg] + off;                                          \
-                vec b[NV];                                                                      \
-                _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++)                          \
-                    memcpy(&b[v], G + p * ldg + v * (W), sizeof(vec));                          \
-                _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++) {                      \
-                    const float x = a[i];                                                       \
-                    _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] += x * b[v]; \
-                }                                                                               \
-            }                                                                                   \
-        } else {                                                                                \
-            for (ptrdiff_t p = 0; p < npix; p++) {                                              \
-                const float *a = rows[p * nseg] + off;                                          \
-                vec b[NV];                                                                      \
-                _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++)                          \
-                    memcpy(&b[v], G + p * ldg + v * (W), sizeof(vec));                          \
-                _Pragma("GCC unroll 16") for (int i = 0; i < (CMR); i++) {                      \
-                    const float x = a[i < mr ? i : 0];                                          \
-                    _Pragma("GCC unroll 4") for (int v = 0; v < (NV); v++) acc[i][v] += x * b[v]; \
-                }                                                                               \
-            }                                                                                   \
-        }                                                                                       \
+        if (mr == (CMR))                                                                        \
+            NK_CONVW_PIXELS(W, CMR, NV, i)                                                      \
+        else                                                                                    \
+            NK_CONVW_PIXELS(W, CMR, NV, i < mr ? i : 0)                                         \
         float tile[(CMR) * (NV) * (W)];                                                         \
         memcpy(tile, acc, sizeof(tile));                                                        \
         for (ptrdiff_t i = 0; i < mr; i++)                                                      \

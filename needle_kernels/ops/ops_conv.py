@@ -261,14 +261,9 @@ class Conv(TensorOp):
         image = A
         if ((not _winograd_shape(kl, self.stride, c_in, c_out) or ho * wo < WINOGRAD_MIN_PIXELS)
                 and _implicit_pays(A, A.shape[0] * ho * wo, kl * kl * c_in)):
-            # the backend reads the windows from A itself: no padded copy, no im2col matrix, and
-            # the weight gradient reads them again from A (saved: the image alone). Its kernels
-            # read a window's rows in place where a pixel's channels are contiguous (NHWC), or
-            # each channel's part of them where the image's rows are (an NCHW batch seen as
-            # NHWC): a view with neither is copied once for both passes
-            strides = element_strides(A)
-            if (strides[3] != 1 or strides[2] != c_in) and strides[2] != 1:
-                image = A = A.compact()
+            # the backend reads the windows from A itself, any view of it (an NCHW batch seen as
+            # NHWC too): no padded copy, no im2col matrix, and the weight gradient reads them
+            # again from A (saved: the image alone)
             out = array_api.conv_implicit(A, B, self.stride, pad_width[1][0], pad_width[2][0], (ho, wo))
             return SavedForBackward(out, (image, None, None))
         if any(any(pw) for pw in pad_width):
