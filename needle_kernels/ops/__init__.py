@@ -6,6 +6,7 @@ from .ops_conv import *
 from .ops_pooling import *
 from .ops_softplus import *
 from .ops_norm import *
+from .ops_conv_bn import *
 from .ops_lstm import *
 
 import sys as _sys
