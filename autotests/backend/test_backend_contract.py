@@ -915,14 +915,24 @@ def test_softmax(backend, ref, rows, cols, spread, place, seed):
 
 # ---------------------------------------------------------------- layer normalization
 
-def _ln_float64(x, dy, w, b, eps):
+def _ln_float64(x, dy, w, b, eps, kept=None):
+    """mean, invstd, out, then dx, dw, db in float64; the gradients at the statistics ``kept``
+    (float32 mean and invstd, as layernorm keeps them for its backward) when given: in a row whose
+    spread is far below its mean, rounding the mean moves xhat by ulp * invstd and dx by that
+    times invstd again, so the exact statistics would test the rounding, not the kernel."""
     X, G = x.astype(np.float64), dy.astype(np.float64)
     mean = X.mean(1)
     invstd = 1 / np.sqrt(X.var(1) + eps)
     xhat = (X - mean[:, None]) * invstd[:, None]
+    out = xhat * w + b
+    if kept is not None:
+        m, s = (np.asarray(a, np.float64) for a in kept)
+        xhat, invstd_g = (X - m[:, None]) * s[:, None], s
+    else:
+        invstd_g = invstd
     gw = G * w
-    dx = invstd[:, None] * (gw - gw.mean(1, keepdims=True) - xhat * (gw * xhat).mean(1, keepdims=True))
-    return mean, invstd, xhat * w + b, dx, (G * xhat).sum(0), G.sum(0)
+    dx = invstd_g[:, None] * (gw - gw.mean(1, keepdims=True) - xhat * (gw * xhat).mean(1, keepdims=True))
+    return mean, invstd, out, dx, (G * xhat).sum(0), G.sum(0)
 
 
 def _ln_both(backend, ref, x, dy, w, b, eps):
@@ -952,7 +962,7 @@ def test_layernorm(backend, ref, rows, cols, spread, eps, seed):
         close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
     if cols == 1:  # a single feature: the output is the bias and dx exactly 0, whatever eps
         assert (got[3] == 0).all() and (want[3] == 0).all()
-    for a, c in zip(want, _ln_float64(x, dy, w, b, eps)):
+    for a, c in zip(want, _ln_float64(x, dy, w, b, eps, kept=want[:2])):
         close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
 
 
