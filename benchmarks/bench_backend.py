@@ -108,6 +108,20 @@ def run_cpu(args):
         b.case(f"matmul {n}x{n}x{n}", "GFLOP/s", 2.0 * n**3,
                lambda: np.matmul(A, B, out=C), lambda: cpu.matmul(a, bb, o, n, n, n), check)
 
+    # small products, the MLPResNet's among them (batch 100, widths 784, 100 and 50): whether a
+    # second thread pays for waking it (compare with --threads 1)
+    for m, n, p in [(64, 64, 64), (100, 100, 50), (100, 50, 100), (100, 784, 100)]:
+        A = rng.standard_normal((m, n), dtype=np.float32)
+        B = rng.standard_normal((n, p), dtype=np.float32)
+        C = np.empty((m, p), np.float32)
+        a, bb, o = b.put(A), b.put(B), cpu.Array(m * p)
+
+        def check(m=m, p=p, A=A, B=B, o=o):
+            np.testing.assert_allclose(cpu.to_numpy(o, (m, p), (p, 1), 0), A @ B, rtol=1e-3, atol=1e-3 * A.shape[1]**0.5)
+
+        b.case(f"matmul {m}x{n}x{p} (small)", "GFLOP/s", 2.0 * m * n * p,
+               lambda: np.matmul(A, B, out=C), lambda: cpu.matmul(a, bb, o, m, n, p), check)
+
     N = args.elements
     x = rng.standard_normal(N, dtype=np.float32)
     y = rng.standard_normal(N, dtype=np.float32)

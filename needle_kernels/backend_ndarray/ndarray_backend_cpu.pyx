@@ -164,8 +164,14 @@ __tile_size__ = 8
 
 cdef enum:
     MAX_NDIM = 64
-    # Below this much work (elements; flops/64 for matmul) a kernel runs on one thread.
+    # Below this much work (elements; flops / MATMUL_FLOPS_PER_ELEMENT for matmul) a kernel runs
+    # on one thread.
     PARALLEL_MIN_WORK = 32768
+    # A product's flops per element of work: 16 gives two threads from 256k multiply-adds on.
+    # `benchmarks/bench_backend.py --only "(small)"`, then with --threads 1: 64^3 106.6 against
+    # 83.8 GFLOP/s, the MLPResNet's 100x100x50 111.0 against 75.1 and 100x50x100 121.8 against
+    # 82.7 (at 64 these had one thread)
+    MATMUL_FLOPS_PER_ELEMENT = 16
     # Tiles of a transpose-like copy are COPY_TILE x COPY_TILE.
     COPY_TILE = 32
     # Below this many multiply-adds the packing costs more than it saves.
@@ -1119,7 +1125,7 @@ def matmul(a, b, out, m, n, p):
     m, n, p = _check_dims("matmul", (("m", m), ("n", n), ("p", p)))
     _check_matmul("matmul", A, B, O, m, n, p)
     cdef Py_ssize_t cm = m, cn = n, cp = p
-    cdef int nt = _threads_for(2 * cm * cn * cp // 64), err
+    cdef int nt = _threads_for(2 * cm * cn * cp // MATMUL_FLOPS_PER_ELEMENT), err
     nk_reset_threads()
     with nogil:
         err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
@@ -1152,7 +1158,7 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
     _check_matmul("matmul_t", A, B, O, m, n, p)
     cdef Py_ssize_t cm = m, cn = n, cp = p
     cdef bint ta = bool(trans_a), tb = bool(trans_b)
-    cdef int nt = _threads_for(2 * cm * cn * cp // 64), err = 0
+    cdef int nt = _threads_for(2 * cm * cn * cp // MATMUL_FLOPS_PER_ELEMENT), err = 0
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
     cdef float *At = NULL
     cdef float *Bt = NULL

@@ -326,36 +326,43 @@ static void nk_window_rows(const float *a, ptrdiff_t sn, ptrdiff_t sh, ptrdiff_t
                            ptrdiff_t ho, ptrdiff_t wo, int planar, ptrdiff_t r0, ptrdiff_t npix,
                            const float *zeros, float *edge, const float **rows)
 {
-    const ptrdiff_t planes = planar ? c : 1, seglen = planar ? k : k * c, nseg = k * planes;
+    const ptrdiff_t planes = planar ? c : 1, seglen = planar ? k : k * c;
     const ptrdiff_t cc = planar ? 1 : c; /* channels in one segment */
     const int dense = planar ? sw == 1 : sc == 1 && sw == c;
+    /* the first pixel's position, then a step at a time (no divisions per pixel) */
+    ptrdiff_t j = r0 % wo, i = r0 / wo % ho, b = r0 / wo / ho;
+    const float **seg = rows;
     for (ptrdiff_t p = 0; p < npix; p++) {
-        const ptrdiff_t q = r0 + p, j = q % wo, i = q / wo % ho, b = q / wo / ho;
-        const ptrdiff_t x0 = j * s - pw;
+        const ptrdiff_t x0 = j * s - pw, y0 = i * s - ph;
         /* the taps kj_lo .. kj_hi - 1 of every window row fall inside the image's columns */
         const ptrdiff_t kj_lo = x0 < 0 ? (-x0 < k ? -x0 : k) : 0;
         const ptrdiff_t kj_hi = w - x0 < k ? (w - x0 > kj_lo ? w - x0 : kj_lo) : k;
         const int whole = dense && kj_lo == 0 && kj_hi == k;
-        const float **seg = rows + p * nseg;
+        const float *first = a + b * sn + y0 * sh + (x0 + kj_lo) * sw; /* row ki = 0, plane 0 */
         for (ptrdiff_t ki = 0; ki < k; ki++) {
-            const ptrdiff_t y = i * s + ki - ph;
-            for (ptrdiff_t pl = 0; pl < planes; pl++, seg++) {
-                if (y < 0 || y >= h || kj_hi == kj_lo) {
-                    *seg = zeros;
-                    continue;
+            const ptrdiff_t y = y0 + ki;
+            const float *src = first + ki * sh;
+            if (y < 0 || y >= h || kj_hi == kj_lo) {
+                for (ptrdiff_t pl = 0; pl < planes; pl++) *seg++ = zeros;
+            } else if (whole) {
+                for (ptrdiff_t pl = 0; pl < planes; pl++, src += sc) *seg++ = src;
+            } else {
+                for (ptrdiff_t pl = 0; pl < planes; pl++, src += sc) {
+                    float *d = edge;
+                    edge += seglen;
+                    *seg++ = d;
+                    for (ptrdiff_t t = 0; t < kj_lo * cc; t++) d[t] = 0.0f;
+                    for (ptrdiff_t kj = kj_lo; kj < kj_hi; kj++)
+                        for (ptrdiff_t ch = 0; ch < cc; ch++) d[kj * cc + ch] = src[(kj - kj_lo) * sw + ch * sc];
+                    for (ptrdiff_t t = kj_hi * cc; t < seglen; t++) d[t] = 0.0f;
                 }
-                const float *src = a + b * sn + y * sh + pl * sc + (x0 + kj_lo) * sw;
-                if (whole) {
-                    *seg = src;
-                    continue;
-                }
-                float *d = edge;
-                edge += seglen;
-                *seg = d;
-                for (ptrdiff_t t = 0; t < kj_lo * cc; t++) d[t] = 0.0f;
-                for (ptrdiff_t kj = kj_lo; kj < kj_hi; kj++)
-                    for (ptrdiff_t ch = 0; ch < cc; ch++) d[kj * cc + ch] = src[(kj - kj_lo) * sw + ch * sc];
-                for (ptrdiff_t t = kj_hi * cc; t < seglen; t++) d[t] = 0.0f;
+            }
+        }
+        if (++j == wo) {
+            j = 0;
+            if (++i == ho) {
+                i = 0;
+                b++;
             }
         }
     }
