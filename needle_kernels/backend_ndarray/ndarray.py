@@ -475,8 +475,37 @@ class NDArray:
         """
         return self._ewise_or_scalar(other, ewise_func, scalar_func)
 
+    def _compact_size(self):
+        """The element count of this array when it is compact (see is_compact), else -1: the
+        test every element-wise operation starts with, in one call."""
+        size = self._handle.size
+        if self._offset == 0 and self._strides == compact_strides(self._shape) and size == math.prod(self._shape):
+            return size
+        return -1
+
+    def _like_compact(self, size):
+        """A new compact array of this array's shape and ``size`` elements (``_new`` with both known)."""
+        out = object.__new__(NDArray)
+        out._shape, out._strides, out._offset = self._shape, self._strides, 0
+        out._device = dev = self._device
+        out._handle = dev.Array(size)
+        return out
+
     def _ewise_or_scalar(self, other, ewise, scalar):
         dev = self._device
+        # the usual operands first, straight to the kernel: a compact array and a compact array of
+        # its shape on its device, or a plain number (the general path costs a microsecond more)
+        size = self._compact_size()
+        if size >= 0:
+            if type(other) is NDArray:
+                if other._shape == self._shape and other._device is dev and other._compact_size() == size:
+                    out = self._like_compact(size)
+                    (getattr(dev, ewise) if type(ewise) is str else ewise)(self._handle, other._handle, out._handle)
+                    return out
+            elif type(other) is float or type(other) is int:
+                out = self._like_compact(size)
+                (getattr(dev, scalar) if type(scalar) is str else scalar)(self._handle, float(other), out._handle)
+                return out
         # exact float/int first: the numbers.Real ABC check costs more than many kernels
         if type(other) in _PLAIN_SCALARS or (type(other) is not NDArray and isinstance(other, numbers.Real)):
             if self._strides and self._strides[-1] != 1 and self._is_dense():  # see _unary
@@ -503,6 +532,11 @@ class NDArray:
         return out
 
     def _unary(self, kernel):
+        size = self._compact_size()
+        if size >= 0:  # the usual input, straight to the kernel
+            out = self._like_compact(size)
+            getattr(self._device, kernel)(self._handle, out._handle)
+            return out
         # a dense transposed array is read as it lies and the result takes its strides (see
         # _is_dense); a unit last stride rules that layout out cheaply for the usual compact input
         if self._strides and self._strides[-1] != 1 and self._is_dense():

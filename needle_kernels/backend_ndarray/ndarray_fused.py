@@ -461,6 +461,13 @@ def lstm_cell_backward(z, c0, dh, dc):
 
 def _activation_adjoint(name, g, x, generic):
     """out = g * f'(x) for an activation's adjoint kernel ``ewise_<name>`` (g and x of one shape)."""
+    if type(g) is NDArray and type(x) is NDArray and x._shape == g._shape and x._device is g._device:
+        size = g._compact_size()
+        kernel = getattr(g._device, "ewise_" + name, None)
+        if size >= 0 and kernel is not None and x._compact_size() == size:  # the usual operands
+            out = g._like_compact(size)
+            kernel(g._handle, x._handle, out._handle)
+            return out
     _same_layout(name, g, x=x)
     dev = g._device
     if not _has_kernel(dev, "ewise_" + name):
