@@ -634,16 +634,24 @@ class NDArray:
     def __matmul__(self, other):
         """numpy matmul semantics: 2-D, 1-D promotion, batched with broadcast leading axes."""
         if type(other) is NDArray and len(self._shape) == 2 and len(other._shape) == 2:
-            # the usual product, two compact matrices on one device, straight to the kernel:
-            # the general path below costs a few microseconds of Python a product
+            # the usual product, two matrices on one device each compact or the transpose of a
+            # compact one (x.T, as backward passes make), straight to the kernel: the general
+            # path below costs a few microseconds of Python a product
             (m, n), (n2, p) = self._shape, other._shape
             dev = self._device
             if n == n2 and other._device is dev and self._offset == 0 and other._offset == 0 \
-                    and self._strides == (n, 1) and other._strides == (p, 1) \
                     and self._handle.size == m * n and other._handle.size == n * p:
-                out = NDArray._new((m, p), dev)
-                dev.matmul(self._handle, other._handle, out._handle, m, n, p)
-                return out
+                sa, sb = self._strides, other._strides
+                ta, tb = sa != (n, 1), sb != (p, 1)  # not row-major: transposed, if anything
+                if (not ta or sa == (1, m)) and (not tb or sb == (1, n)):
+                    out = NDArray._new((m, p), dev)
+                    if not (ta or tb):
+                        dev.matmul(self._handle, other._handle, out._handle, m, n, p)
+                        return out
+                    matmul_t = getattr(dev, "matmul_t", None)
+                    if matmul_t is not None:
+                        matmul_t(self._handle, other._handle, out._handle, m, n, p, ta, tb)
+                        return out
         other = self._coerce(other)
         a, b = self, other
         if a.ndim == 0 or b.ndim == 0:
