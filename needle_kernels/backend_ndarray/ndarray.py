@@ -643,15 +643,15 @@ class NDArray:
                     and self._handle.size == m * n and other._handle.size == n * p:
                 sa, sb = self._strides, other._strides
                 ta, tb = sa != (n, 1), sb != (p, 1)  # not row-major: transposed, if anything
-                if (not ta or sa == (1, m)) and (not tb or sb == (1, n)):
+                if not (ta or tb):
                     out = NDArray._new((m, p), dev)
-                    if not (ta or tb):
-                        dev.matmul(self._handle, other._handle, out._handle, m, n, p)
-                        return out
-                    matmul_t = getattr(dev, "matmul_t", None)
-                    if matmul_t is not None:
-                        matmul_t(self._handle, other._handle, out._handle, m, n, p, ta, tb)
-                        return out
+                    dev.matmul(self._handle, other._handle, out._handle, m, n, p)
+                    return out
+                matmul_t = getattr(dev, "matmul_t", None)
+                if matmul_t is not None and (not ta or sa == (1, m)) and (not tb or sb == (1, n)):
+                    out = NDArray._new((m, p), dev)
+                    matmul_t(self._handle, other._handle, out._handle, m, n, p, ta, tb)
+                    return out
         other = self._coerce(other)
         a, b = self, other
         if a.ndim == 0 or b.ndim == 0:
