@@ -252,6 +252,17 @@ def test_matmul_of_views(device):
     close(a[::2] @ a[1:].permute((1, 0)), x[::2] @ x[1:].T, 1e-4)
 
 
+@pytest.mark.parametrize("m, n, p", [(6, 5, 4), (1, 5, 4), (6, 1, 4), (6, 5, 1), (1, 1, 1)])
+def test_matmul_of_transposed_matrices(device, m, n, p):
+    # compact matrices and transposes of compact ones go to the kernels as they lie, including
+    # the shapes with an axis of 1, where a row-major and a transposed view share strides
+    x, y = np.random.randn(m, n).astype(np.float32), np.random.randn(n, p).astype(np.float32)
+    a, b = arr(x, device), arr(y, device)
+    at, bt = arr(x.T.copy(), device).permute((1, 0)), arr(y.T.copy(), device).permute((1, 0))
+    for left, right in [(a, b), (at, b), (a, bt), (at, bt)]:
+        close(left @ right, x @ y, 1e-4)
+
+
 def test_matmul_tiled(device):
     t = device.__tile_size__
     x = np.random.randn(2 * t, 3 * t).astype(np.float32)

@@ -297,7 +297,7 @@ class NDArray:
     def compact(self):
         """self when already compact, else a row-major copy."""
         # the arrays operations create are compact with exactly these strides: test that first, cheaply
-        if self._offset == 0 and self._strides == compact_strides(self._shape) and self._handle.size == math.prod(self._shape):
+        if self._compact_size() >= 0:
             return self
         if self.is_compact():
             return self
@@ -476,8 +476,9 @@ class NDArray:
         return self._ewise_or_scalar(other, ewise_func, scalar_func)
 
     def _compact_size(self):
-        """The element count of this array when it is compact (see is_compact), else -1: the
-        test every element-wise operation starts with, in one call."""
+        """The element count of this array when it is compact with exactly row-major strides (as
+        every array an operation makes is), else -1: the test compact() and every element-wise
+        operation start with, in one call (is_compact also takes any stride on an axis of 1)."""
         size = self._handle.size
         if self._offset == 0 and self._strides == compact_strides(self._shape) and size == math.prod(self._shape):
             return size

@@ -29,9 +29,9 @@ class ConvBatchNorm(TensorOp):
     for the module that owns them. Differentiable once, like the fused batch norm.
     """
 
-    def __init__(self, stride, padding, eps, momentum, running_mean, running_var, relu=True, bias=True):
+    def __init__(self, stride, padding, eps, momentum, running_mean, running_var, relu=True):
         self.conv = Conv(stride, padding)
-        self.eps, self.momentum, self.relu, self.bias = float(eps), float(momentum), bool(relu), bool(bias)
+        self.eps, self.momentum, self.relu = float(eps), float(momentum), bool(relu)
         self.running = (running_mean, running_var)
 
     def compute(self, x, weight, bn_weight, bn_bias, bias=None):
@@ -71,7 +71,7 @@ class ConvBatchNorm(TensorOp):
         d_nhwc, dweight = self.conv.gradient_arrays((n, h, w, c_in), weight.realize_cached_data(), dconv,
                                                     conv_saved, x.requires_grad, weight.requires_grad)
         grads = (None if d_nhwc is None else array_api.transpose(d_nhwc, (0, 3, 1, 2)), dweight, dbn_weight, dbn_bias)
-        if self.bias:
+        if len(node.inputs) == 5:  # the convolution's bias
             grads += (array_api.sum(dconv, axis=(0, 1, 2)),)
         return tuple(None if d is None else Tensor.make_const(d) for d in grads)
 
@@ -97,6 +97,6 @@ def conv_batch_norm(x, weight, bias, bn_weight, bn_bias, stride, padding, eps, m
     """``(out, (new_running_mean, new_running_var))``: the training-mode block of ConvBatchNorm
     on the Tensors x, weight, bias (or None), bn_weight and bn_bias, with the running averages
     given and returned as arrays."""
-    op = ConvBatchNorm(stride, padding, eps, momentum, running_mean, running_var, relu, bias is not None)
+    op = ConvBatchNorm(stride, padding, eps, momentum, running_mean, running_var, relu)
     out = op(x, weight, bn_weight, bn_bias) if bias is None else op(x, weight, bn_weight, bn_bias, bias)
     return out, op.running
