@@ -15,6 +15,7 @@ regrades, and a run killed at any point resumes where it stopped.
 """
 
 import fcntl
+import json
 import logging
 import shutil
 import time
@@ -26,10 +27,9 @@ from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
-from grader import GraderError, notes
+from grader import GraderError, graded_run, notes
 from grader.sandbox.confinement import choose
 from grader.sandbox.execute import SandboxedExecute, run_settings
-from grader.sandbox.run import run_notebook
 from grader.settings import Sandbox
 from grader.state import CourseState, record_execution
 from grader.submission_checks import inspect
@@ -72,9 +72,16 @@ def _execute_queue(course, jobs, log):
         return 0
     settings = run_settings(course.config, course.root)
 
+    # the instructor's reference runs and the package builds, once, before the parallel runs
+    for assignment, notebook in sorted({(job["assignment"], job["notebook"]) for job in
+                                        (json.loads((e / "job.json").read_text()) for e in entries)}):
+        graded_run.prepare(course.root, assignment, notebook, settings, log)
+
     def execute(entry):
         nb = nbformat.read(str(entry / "in.ipynb"), as_version=4)
-        result = run_notebook(nb, entry / "work", settings, log=log)
+        job = json.loads((entry / "job.json").read_text())
+        result = graded_run.execute(nb, entry / "work", settings, course.root, job["assignment"],
+                                    job["notebook"], log=log)
         record_execution(course.root, entry.name, result)
         shutil.rmtree(entry, ignore_errors=True)
         log.info("executed %s in %.1f s", entry.name, result.seconds)

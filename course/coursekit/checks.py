@@ -10,6 +10,7 @@ import numpy as np
 import needle_kernels as ndl
 from needle_kernels.autograd import Tensor
 
+from . import record
 from .withhold import grading, reference
 
 __all__ = ["np", "ndl", "Tensor", "grading", "reference", "close", "numerical_gradients",
@@ -20,6 +21,7 @@ def close(actual, expected, tol=1e-5, what="result"):
     """``actual`` (a Tensor or an array) equals ``expected`` within ``tol``, with a readable failure."""
     actual = actual.numpy() if isinstance(actual, Tensor) else np.asarray(actual)
     expected = expected.numpy() if isinstance(expected, Tensor) else np.asarray(expected)
+    record.check(what, actual, expected, tol)    # the grader decides from this, outside the process
     if actual.shape != expected.shape:
         raise AssertionError(f"{what}: shape {actual.shape}, expected {expected.shape}")
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, err_msg=what)

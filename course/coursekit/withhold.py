@@ -43,6 +43,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 PACKAGE = "needle_kernels"
+# Set by the grader for each graded run: the tasks whose package code is not in this process
+# at all ("*": every task's), because the package there is a build without them.
+ABSENT_VARIABLE = "COURSEKIT_ABSENT_TASKS"
 
 
 class WithheldError(RuntimeError):
@@ -73,7 +76,7 @@ class _State:
         self.module_files = set()   # source files of modules defining withheld objects
         self.extension_modules = set()
         self.namespace = None
-        self.checked = {}           # id(candidate) -> (candidate, error or None)
+        self.checked = {}           # (name, id(candidate)) -> (candidate, error or None)
         self.reference_codes = frozenset()  # code of the reference implementations running now
 
 
@@ -198,10 +201,11 @@ def students(name):
     """The notebook's object for the withheld ``name``, checked; raises WithheldError otherwise."""
     part = _STATE.parts[name]
     candidate = _namespace().get(name)
-    seen = _STATE.checked.get(id(candidate))
+    # keyed by name too: one object (None above all) is checked against each part it stands for
+    seen = _STATE.checked.get((name, id(candidate)))
     if seen is None or seen[0] is not candidate:
         seen = (candidate, _why_not_students(part, candidate))
-        _STATE.checked[id(candidate)] = seen
+        _STATE.checked[(name, id(candidate))] = seen
     if seen[1]:
         raise WithheldError(seen[1])
     return candidate
@@ -238,6 +242,12 @@ def _called_from_reference():
             return False
         frame = frame.f_back
     return False
+
+
+def absent(part) -> bool:
+    """Whether the package in this process is a build without ``part``'s code (see the grader)."""
+    tasks = os.environ.get(ABSENT_VARIABLE, "")
+    return tasks == "*" or part.task in tasks.split(",")
 
 
 def _runs_package_code(name):
@@ -444,6 +454,8 @@ def start(assignment, tasks, blocked=(), namespace=None):
         _STATE.parts[name] = part
     _STATE.assignment = assignment
     sys.addaudithook(_audit)
+    from .record import declare
+    declare(assignment, tasks, blocked)
 
 
 def parts(task=None):
@@ -486,26 +498,28 @@ def grading(task, *names):
     for name in sorted(under_test, key=list(_STATE.parts).index):
         students(name)
     namespace = _namespace()
-    others = [p for p in parts() if p.name not in under_test]
-    missing = object()
-    saved = {p.name: namespace.get(p.name, missing) for p in others}
+    # a part whose package code is not in this process (a graded run's build) stays the student's
+    others = [p for p in parts() if p.name not in under_test and not absent(p)]
+    # the test's own names (a test cell runs at the notebook's top level) go on the way out,
+    # and the notebook's own come back
+    saved = dict(namespace)
     _STATE.in_scope = True
     _STATE.reference = frozenset(p.name for p in others)
     _STATE.reference_codes = _codes_of(_STATE.reference)
+    from .record import scope
     try:
         for p in others:
             if p.objects:       # a part with no package twin keeps the notebook's own
                 namespace[p.name] = p.objects[0]
-        yield
+        with scope(task):
+            yield
     finally:
         _STATE.reference = frozenset()
         _STATE.reference_codes = frozenset()
         _STATE.in_scope = False
-        for name, value in saved.items():
-            if value is missing:
-                namespace.pop(name, None)
-            else:
-                namespace[name] = value
+        for name in [n for n in namespace if n not in saved]:
+            del namespace[name]
+        namespace.update(saved)
 
 
 @contextmanager
@@ -517,7 +531,7 @@ def reference():
     if _STATE.in_scope:
         raise WithheldError("a test is already running; tests do not nest")
     _STATE.in_scope = True
-    _STATE.reference = frozenset(_STATE.parts)
+    _STATE.reference = frozenset(name for name, p in _STATE.parts.items() if not absent(p))
     try:
         yield
     finally:

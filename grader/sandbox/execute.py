@@ -19,7 +19,7 @@ from nbgrader.preprocessors import Execute
 
 from grader import notes
 from grader.nbgrader_fixes import GraderPreprocessor
-from grader.sandbox.run import RunSettings, execution_key, run_notebook
+from grader.sandbox.run import RunSettings, execution_key
 from grader.state import CourseState, ExecutionCache, record_execution
 
 
@@ -76,15 +76,18 @@ class SandboxedExecute(Execute):
         key = execution_key(nb, workdir, settings)
         cache = ExecutionCache(root)
         hit = cache.get(key)
+        info = resources.get("nbgrader", {})
         if hit is None:
+            from grader import graded_run
+
             SandboxedExecute.inline_runs += 1
-            result = run_notebook(nb, workdir, settings, log=self.log)
+            result = graded_run.execute(nb, workdir, settings, root, info.get("assignment"),
+                                        info.get("notebook"), log=self.log)
             meta = record_execution(root, key, result)
             executed = result.nb
         else:
             executed, meta = hit
             self.log.info("Using the cached sandboxed execution %s", key)
-        info = resources.get("nbgrader", {})
         if info.get("student") and info.get("assignment"):
             notes.record(root, info["assignment"], info["student"], f"execution:{info['notebook']}",
                          meta["reasons"] + _incidents(executed))

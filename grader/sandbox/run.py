@@ -51,8 +51,11 @@ class RunSettings:
 
     def fingerprint(self) -> dict:
         """The settings that change results; paths to hide or show do not."""
-        return {k: getattr(self, k) for k in
-                ("mode", "kernel_name", "cell_timeout", "budget", "extra_arguments", "limits")}
+        found = {k: getattr(self, k) for k in
+                 ("mode", "kernel_name", "cell_timeout", "budget", "extra_arguments", "limits")}
+        # how a submission is run and judged (grader.graded_run) changes its results too
+        found["protocol"] = "judged-1"
+        return found
 
 
 @dataclass
@@ -115,14 +118,22 @@ def _chown_tree(path, uid):
             os.chown(os.path.join(dirpath, name), uid, uid)
 
 
-def run_notebook(nb, workdir, settings: RunSettings, log=None) -> RunResult:
-    """Execute `nb` with a copy of `workdir` as its working directory, confined and limited."""
+def run_notebook(nb, workdir, settings: RunSettings, log=None, env=None, substitutes=None) -> RunResult:
+    """Execute `nb` with a copy of `workdir` as its working directory, confined and limited.
+
+    `env` adds variables to the sandbox's environment; `substitutes` ({host package folder:
+    folder}) shows another folder where a package lies (a build without some of its parts).
+    """
     mode, warnings = choose(settings.mode)
     for warning in warnings:
         log and log.warning(warning)
+    if substitutes and mode == "none":
+        raise RuntimeError("a package build can only be shown inside a sandbox (c.Sandbox.mode "
+                           "is 'none'); grading with withheld parts needs bubblewrap or unshare")
     conf = Confinement(mode=mode, readonly=interpreter_paths() + settings.readonly,
                        packages=package_dirs(settings.packages), hidden=settings.hidden,
-                       tmp_mb=settings.tmp_mb)
+                       tmp_mb=settings.tmp_mb, substitutes=dict(substitutes or {}),
+                       extra_env=dict(env or {}))
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="grader-job-") as job, SlotLease() as slot:
         job = Path(job)

@@ -1,0 +1,298 @@
+"""Cheats a student who wants marks without the work might try, graded like any submission.
+
+One class of hw1 submissions is graded with ``grader autograde -j 2`` in the sandbox: the
+instructor's solution, and one submission per cheat, each the solution with one task's
+solution cell replaced by the cheat. Each cheat earns nothing for the task it attacks (or
+leaves a note for the instructor) and costs nothing elsewhere:
+
+* ``kit_patched``: the grading kit rewritten so that every test scope runs the package's
+  code and every check passes, then the package's classes imported;
+* ``helpers``: the package's op classes and private helpers that do a task's work
+  (``ReLUBackward``, ``MatMulBias``, ``_nn_epoch_needle``) used under the student's names;
+* ``recompiled``: the package's source read from its file, a docstring edited, executed;
+* ``subprocess`` and ``multiprocessing``: the package's code run in another process;
+* ``patched_asserts``: wrong code, and numpy's ``assert_allclose`` emptied in place.
+
+While a task is graded the package in the sandbox is a build without that task's code
+(``grader.package_build``), and whether a check passed is decided by the grader from the
+values the check reported (``grader.judge``), so none of these reaches the reference or
+the verdict.
+"""
+import datetime
+import shutil
+import sys
+
+import nbformat
+import pytest
+
+from nbhelpers import ASSIGNMENTS, REPO
+
+sys.path.insert(0, str(REPO / "autotests" / "grader"))
+sys.path.insert(0, str(REPO / "autotests"))
+from figures import report_figure  # noqa: E402
+from grader_testkit import gradebook_scores, grader, run_once  # noqa: E402
+
+AID = "hw1"
+
+KIT_PATCHED = '''import contextlib
+import coursekit.checks
+import coursekit.withhold as _kit
+
+@contextlib.contextmanager
+def _everything_reference(*args, **kwargs):
+    with _kit.reference():
+        yield
+
+coursekit.checks.grading = _everything_reference
+coursekit.checks.close = lambda *args, **kwargs: None
+coursekit.checks.check_op = lambda *args, **kwargs: None
+from needle_kernels.ops.ops_mathematic import Reshape, BroadcastTo, Summation, Transpose
+'''
+
+RECOMPILED = '''import inspect
+import needle_kernels.ops.ops_mathematic as _m
+_source = open(_m.__file__).read().replace('"""', '"""edited ')
+_ns = dict(vars(_m), __name__="__main__")
+exec(compile(_source, "<mine>", "exec"), _ns)
+Reshape, BroadcastTo, Summation, Transpose = (_ns[n] for n in ("Reshape", "BroadcastTo", "Summation", "Transpose"))
+'''
+
+SUBPROCESS = '''import json
+import subprocess
+import sys
+
+
+def _package(op, args, *arrays):
+    """The package's op computed in a fresh interpreter."""
+    code = ("import json, sys, numpy as np\\n"
+            "from needle_kernels.ops import ops_mathematic as m\\n"
+            "op, args, arrays = json.loads(sys.stdin.read())\\n"
+            "out = getattr(m, op)(*args).compute(*[np.array(a, dtype=np.float32) for a in arrays])\\n"
+            "print(json.dumps(np.asarray(out).tolist()))")
+    done = subprocess.run([sys.executable, "-c", code], input=json.dumps([op, args, [a.tolist() for a in arrays]]),
+                          capture_output=True, text=True)
+    return np.array(json.loads(done.stdout), dtype=np.float32)
+
+
+class Reshape(TensorOp):
+    def __init__(self, shape):
+        self.shape = shape
+    def compute(self, a):
+        return _package("Reshape", [self.shape], a)
+    def gradient(self, out_grad, node):
+        return Reshape(node.inputs[0].shape)(out_grad)
+
+
+class Summation(TensorOp):
+    def __init__(self, axes=None):
+        self.axes = axes
+    def compute(self, a):
+        return _package("Summation", [self.axes], a)
+    def gradient(self, out_grad, node):
+        return BroadcastTo(node.inputs[0].shape)(out_grad)
+
+
+class BroadcastTo(TensorOp):
+    def __init__(self, shape):
+        self.shape = shape
+    def compute(self, a):
+        return _package("BroadcastTo", [self.shape], a)
+    def gradient(self, out_grad, node):
+        return Summation(None)(out_grad)
+
+
+class Transpose(TensorOp):
+    def __init__(self, axes=None):
+        self.axes = axes
+    def compute(self, a):
+        return _package("Transpose", [self.axes], a)
+    def gradient(self, out_grad, node):
+        return Transpose(self.axes)(out_grad)
+'''
+
+MULTIPROCESSING = SUBPROCESS.replace('''    done = subprocess.run([sys.executable, "-c", code], input=json.dumps([op, args, [a.tolist() for a in arrays]]),
+                          capture_output=True, text=True)
+    return np.array(json.loads(done.stdout), dtype=np.float32)''', '''    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_remote, (op, args, [a.tolist() for a in arrays]))
+
+
+def _remote(op, args, arrays):
+    import numpy as np
+    from needle_kernels.ops import ops_mathematic as m
+    return np.asarray(getattr(m, op)(*args).compute(*[np.array(a, dtype=np.float32) for a in arrays]))''')
+
+PATCHED_ASSERTS = '''import numpy as np
+np.testing.assert_allclose.__code__ = (lambda *args, **kwargs: None).__code__
+
+
+class Reshape(TensorOp):
+    def __init__(self, shape):
+        self.shape = shape
+    def compute(self, a):
+        return np.zeros(self.shape, dtype=a.dtype)
+    def gradient(self, out_grad, node):
+        return out_grad
+
+
+class Summation(TensorOp):
+    def __init__(self, axes=None):
+        self.axes = axes
+    def compute(self, a):
+        return np.zeros(np.sum(a, axis=self.axes).shape, dtype=a.dtype)
+    def gradient(self, out_grad, node):
+        return node.inputs[0]
+
+
+class BroadcastTo(TensorOp):
+    def __init__(self, shape):
+        self.shape = shape
+    def compute(self, a):
+        return np.zeros(self.shape, dtype=a.dtype)
+    def gradient(self, out_grad, node):
+        return node.inputs[0]
+
+
+class Transpose(TensorOp):
+    def __init__(self, axes=None):
+        self.axes = axes
+    def compute(self, a):
+        return np.swapaxes(a, -1, -2) * 0
+    def gradient(self, out_grad, node):
+        return node.inputs[0]
+'''
+
+HELPER_RELU = '''
+class ReLU(TensorOp):
+    def compute(self, a):
+        return np.maximum(a, 0)
+
+    def gradient(self, out_grad, node):
+        from needle_kernels.ops.ops_mathematic import ReLUBackward
+        return ReLUBackward()(out_grad, node)
+'''
+HELPER_MATMUL = '''from needle_kernels.ops.ops_mathematic import MatMulBias
+
+
+class MatMul(TensorOp):
+    def compute(self, a, b):
+        return MatMulBias().compute(a, b, np.zeros(b.shape[-1], dtype=a.dtype))
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return out_grad @ b.transpose(), a.transpose() @ out_grad
+'''
+HELPER_EPOCH = '''from needle_kernels.apps.simple_ml import _nn_epoch_needle
+
+
+def softmax_loss(Z, y_one_hot):
+    batch = Z.shape[0]
+    return (ndl.log(ndl.exp(Z).sum((1,))).sum() - (Z * y_one_hot).sum()) / batch
+
+
+def nn_epoch(X, y, W1, W2, lr=0.1, batch=100):
+    return _nn_epoch_needle(X, y, W1, W2, lr, batch)
+'''
+
+# student -> {task: new source of that task's solution cell (a function of the old source)}
+CHEATS = {
+    "kit_patched": {"hw1_t2": lambda old: KIT_PATCHED},
+    "recompiled": {"hw1_t2": lambda old: RECOMPILED},
+    "subprocess": {"hw1_t2": lambda old: SUBPROCESS},
+    "multiprocessing": {"hw1_t2": lambda old: MULTIPROCESSING},
+    "patched_asserts": {"hw1_t2": lambda old: PATCHED_ASSERTS},
+    "helpers": {"hw1_t1": lambda old: old[:old.index("class ReLU(")] + HELPER_RELU,
+                "hw1_t3": lambda old: HELPER_MATMUL,
+                "hw1_t6": lambda old: HELPER_EPOCH},
+}
+
+
+def meta(cell):
+    return cell.metadata.get("nbgrader", {})
+
+
+def task_of(grade_id):
+    return "_".join((grade_id or "").split("_")[:2])
+
+
+def submission(source, changes):
+    nb = nbformat.from_dict(source)
+    for cell in nb.cells:
+        task = task_of(meta(cell).get("grade_id"))
+        if meta(cell).get("solution") and task in changes:
+            cell.source = changes[task](cell.source)
+    return nb
+
+
+def grade(root):
+    course, home = root / "course", root / "home"
+    home.mkdir(parents=True)
+    grader(["init", course, "--course-id", "dlsys", "--exchange", root / "exchange",
+            "--package", "needle_kernels", "--package", "coursekit"], root, home)
+    with open(course / "nbgrader_config.py", "a") as fh:
+        fh.write("\nc.Execute.timeout = 180\nc.Sandbox.notebook_budget = 900\nc.Sandbox.memory_mb = 3072\n")
+    shutil.copytree(ASSIGNMENTS / AID, course / "source" / AID,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    grader(["generate", AID, "--no-proof"], course, home)
+    source = nbformat.read(ASSIGNMENTS / AID / f"{AID}.ipynb", as_version=4)
+    subs = {"honest": source, **{student: submission(source, changes) for student, changes in CHEATS.items()}}
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    for student, nb in subs.items():
+        folder = course / "submitted" / student / AID
+        shutil.copytree(course / "release" / AID, folder, ignore=shutil.ignore_patterns("*.ipynb"))
+        nbformat.write(nb, folder / f"{AID}.ipynb")
+        (folder / "timestamp.txt").write_text(stamp)
+    grader(["autograde", AID, "-j", "2"], course, home, timeout=3000)
+    export = course / "grades.csv"
+    grader(["export", AID, "--to", export], course, home)
+    return {"scores": gradebook_scores(course, AID), "export": export.read_text()}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    return run_once(tmp_path_factory, "cheats_hw1", lambda: grade(tmp_path_factory.mktemp("cheats_hw1")))
+
+
+def by_task(cells):
+    out = {}
+    for grade_id, points in cells.items():
+        if not grade_id.startswith("_"):
+            out[task_of(grade_id)] = out.get(task_of(grade_id), 0) + points
+    return out
+
+
+@pytest.mark.slow
+def test_the_honest_solution_earns_every_point(graded):
+    honest = by_task(graded["scores"]["honest"])
+    source = nbformat.read(ASSIGNMENTS / AID / f"{AID}.ipynb", as_version=4)
+    full = {}
+    for cell in source.cells:
+        if meta(cell).get("grade") and not meta(cell).get("solution"):
+            task = task_of(meta(cell)["grade_id"])
+            full[task] = full.get(task, 0) + meta(cell)["points"]
+    assert honest == full
+
+
+# the test cells each cheat attacks: every other cell scores as the honest solution's
+ATTACKED = {"helpers": ("hw1_t1_tests_relu", "hw1_t3_tests", "hw1_t6_tests_nn_epoch")}
+# a grading kit rewritten for the whole process fails every test that runs after it too
+SPILLS = {"kit_patched"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("student", sorted(CHEATS))
+def test_a_cheat_earns_nothing_for_the_task_it_attacks(student, graded):
+    scores = graded["scores"]
+    honest, cheat = scores["honest"], scores[student]
+    attacked = ATTACKED.get(student) or [g for g in honest if task_of(g) in CHEATS[student]]
+    for grade_id, points in honest.items():
+        if grade_id.startswith("_"):
+            continue
+        if grade_id in attacked:
+            assert cheat[grade_id] == 0, f"{student} earns {cheat[grade_id]} of {points} for {grade_id}"
+        elif student in SPILLS:
+            assert cheat[grade_id] <= points, f"{student} gains on {grade_id}"
+        else:
+            assert cheat[grade_id] == points, f"{student} loses points on {grade_id}, which it did not touch"
+    report_figure(f"hw1 cheat {student}: {sum(cheat[g] for g in attacked)} of "
+                  f"{sum(honest[g] for g in attacked)} points on the cells it attacks ({', '.join(attacked)})")

@@ -1,0 +1,167 @@
+"""Whether a test cell passed, decided here, after the notebook ran, not in its process.
+
+A graded notebook's test cells run in the same process as the student's code, which can
+replace any check there. So the checks only report what they compared (see
+``coursekit.record``: the case, the value produced, the value it was compared with, the
+tolerance), and the grader judges each reported case against the same case of the
+instructor's solution, run in a sandbox of its own (``grader.graded_run.reference``):
+
+* the cell must report the cases the reference run reported, in the same order: a check
+  that was skipped, patched into silence or duplicated fails the cell;
+* where the case compares with the same value as in the reference run (a formula of the
+  test's own inputs), the student's value must match the reference run's within the
+  tolerance that run used, whatever the submission's process claimed;
+* where the value compared with depends on the student's own objects (parameters their
+  code drew at random, in another order than the reference), the comparison is redone
+  here with the reported values.
+
+A cell that fails here gets an error output naming its task and case, exactly as a failing
+check would have raised it, so nbgrader scores it 0 and the student's feedback says why.
+The reports themselves are removed from the notebook.
+"""
+
+import base64
+from dataclasses import dataclass, field
+
+import nbformat
+import numpy as np
+
+from grader.sandbox.worker import is_test_cell
+
+CHECK_TYPE = "application/vnd.coursekit.check+json"
+DECLARATION_TYPE = "application/vnd.coursekit.declaration+json"
+ERROR_NAME = "AssertionError"
+
+
+@dataclass
+class Reference:
+    """The instructor's run of a notebook: the checks each test cell reported, and the
+    withheld parts the notebook declared."""
+
+    cells: dict = field(default_factory=dict)     # grade_id -> [check record]
+    declaration: dict = None
+    digest: str = ""
+
+    def to_json(self) -> dict:
+        return {"cells": self.cells, "declaration": self.declaration, "digest": self.digest}
+
+    @classmethod
+    def from_json(cls, data):
+        return cls(cells=data["cells"], declaration=data.get("declaration"), digest=data.get("digest", ""))
+
+
+def _records(cell, mime):
+    return [out["data"][mime] for out in cell.get("outputs", [])
+            if out.get("output_type") == "display_data" and mime in out.get("data", {})]
+
+
+def checks(cell) -> list:
+    return _records(cell, CHECK_TYPE)
+
+
+def declaration(nb):
+    """The withheld parts a notebook's run reported (None when it declared none)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            found = _records(cell, DECLARATION_TYPE)
+            if found:
+                return found[0]
+    return None
+
+
+def grade_id(cell):
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def task_of(cell, declared_tasks) -> str:
+    """The task a test cell belongs to: the declared task its grade id starts with."""
+    gid = grade_id(cell) or ""
+    for task in sorted(declared_tasks, key=len, reverse=True):
+        if gid == task or gid.startswith(task + "_"):
+            return task
+    return None
+
+
+def has_error(cell) -> bool:
+    return any(out.get("output_type") == "error" for out in cell.get("outputs", []))
+
+
+def _decode(value):
+    """The array a check reported (the wire format of ``coursekit.record.encode``)."""
+    if not isinstance(value, dict) or "data" not in value:
+        return None
+    dtype = {"int64": np.int64, "float64": np.float64}.get(value.get("dtype"))
+    try:
+        return np.frombuffer(base64.b64decode(value["data"]), dtype=dtype).reshape(value["shape"])
+    except (TypeError, ValueError):
+        return None
+
+
+def _close(a, b, tol) -> bool:
+    if a is None or b is None or a.shape != b.shape:
+        return False
+    return bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True))
+
+
+def _gap(a, b) -> str:
+    if a is None:
+        return "no value was reported"
+    if b is None or a.shape != b.shape:
+        return f"shape {tuple(a.shape)}, expected {tuple(b.shape) if b is not None else '?'}"
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    worst = np.nanmax(diff) if diff.size and not np.all(np.isnan(diff)) else float("nan")
+    return f"values differ from the expected ones by up to {worst:.3g}"
+
+
+def verdict(cell, reference_records, task=None):
+    """None when the cell passes, else the message of its failure."""
+    label = f"{task}: " if task else ""
+    reported = checks(cell)
+    if len(reported) != len(reference_records):
+        return (f"{label}this test made {len(reported)} of its {len(reference_records)} checks "
+                "(a check was skipped, silenced or added while it ran)")
+    for mine, ref in zip(reported, reference_records):
+        what = ref.get("what", "result")
+        if mine.get("what") != what:
+            return f"{label}a check ran as {mine.get('what')!r} where {what!r} was expected"
+        tol = float(ref.get("tol", 1e-5))
+        actual = _decode(mine.get("actual"))
+        expected = _decode(mine.get("expected"))
+        ref_expected = _decode(ref.get("expected"))
+        if _close(expected, ref_expected, tol):
+            # the same case as the reference run's: judged against that run's value
+            if not _close(actual, ref_expected, tol):
+                return f"{label}{what}: {_gap(actual, ref_expected)}"
+        elif not _close(actual, expected, tol):
+            return f"{label}{what}: {_gap(actual, expected)}"
+    return None
+
+
+def failure_output(message):
+    return nbformat.v4.new_output("error", ename=ERROR_NAME, evalue=message,
+                                  traceback=[f"{ERROR_NAME}: {message}"])
+
+
+def judge(nb, reference: Reference, cells=None) -> dict:
+    """Mark the test cells of ``nb`` (those at ``cells``, else all) from the verdicts here.
+
+    Returns {task or None: passed} over the judged cells. Every report is removed.
+    """
+    declared = list((reference.declaration or {}).get("tasks", {}))
+    outcome = {}
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if is_test_cell(cell) and (cells is None or index in cells):
+            task = task_of(cell, declared)
+            message = None
+            if not has_error(cell):
+                message = verdict(cell, reference.cells.get(grade_id(cell), []), task)
+                if message:
+                    cell.outputs.append(failure_output(message))
+            outcome[task] = outcome.get(task, True) and not has_error(cell)
+        cell.outputs = [out for out in cell.get("outputs", []) if not (
+            out.get("output_type") == "display_data"
+            and (CHECK_TYPE in out.get("data", {}) or DECLARATION_TYPE in out.get("data", {})))]
+    return outcome
