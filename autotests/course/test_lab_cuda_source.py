@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend"))
 from test_cuda_sources import ARCHS, NVCC, _entries  # noqa: E402
 
 LAB = LECTURES / "lab_custom_operator.ipynb"
-LAUNCHED = ("linear_forward", "linear_grad_x", "linear_grad_W", "linear_grad_b")
+LAUNCHED = ("rms_norm_forward", "rms_norm_backward")
 
 
 def lab_cuda_source():
