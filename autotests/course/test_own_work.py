@@ -16,7 +16,8 @@ hw1 also gets one submission per trick a solution cell can simply play (reload t
 exec the package's source, copy, re-export, redefine the test helpers, open a grading scope
 of its own) on task hw1_t2: each earns nothing for hw1_t2 and costs nothing elsewhere. And
 three submissions for the similarity notes: the package's Summation pasted with renamed
-variables, two students with the same distinctive code, and an honest different solution.
+variables, two students with the same distinctive code, and an honest different solution
+(``autotests/grader/test_similarity.py`` calibrates the detection on many more).
 
 These read the notebooks, so an assignment added later is proven by the same tests.
 """
@@ -410,11 +411,14 @@ def test_a_trick_earns_nothing(trick, graded):
 def test_similarity_notes(graded):
     result = graded("hw1")
     printed = result["similarity"]
-    assert re.search(r"paste_renamed: hw1_t2_\w+ Summation = the package's needle_kernels\.ops\.Summation", printed), printed
-    assert re.search(r"hw1_t2_\w+ Summation: twin_a = twin_b", printed), printed
+    assert re.search(r"paste_renamed: hw1_t2_\w+ Summation = the package's needle_kernels\.ops\.\w+\.Summation "
+                     r"\(\d+%\)", printed), printed
+    assert re.search(r"hw1_t2_\w+ Summation: twin_a = twin_b \(\d+%\)", printed), printed
     assert "honest_c" not in printed, printed
     assert "trick_own_scope: hw1_t2" in printed and "imports the grading kit" in printed, printed
+    assert re.search(r"trick_exec: hw1_t2_\w+ runs code from a string \(exec\)", printed), printed
+    assert re.search(r"trick_reload: hw1_t2_\w+ imports modules by hand \(importlib\)", printed), printed
     rows = {line.split(",")[0]: line for line in result["export"].splitlines()[1:]}
-    assert "is the package's needle_kernels.ops.Summation" in rows["paste_renamed"]
-    assert "same code as twin_b" in rows["twin_a"]
+    assert re.search(r"Summation is \d+% the package's needle_kernels\.ops\.\w+\.Summation", rows["paste_renamed"])
+    assert "overlaps" in rows["twin_a"] and "twin_b's" in rows["twin_a"]
     assert "Summation" not in rows["honest_c"]
