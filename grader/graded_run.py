@@ -109,34 +109,49 @@ def _removals(declaration, only_task=None) -> dict:
 
 
 def _blocked_tasks(declaration, package) -> dict:
-    """{blocked path: the task whose package code uses it, or None for every task}."""
+    """{blocked path: the tasks whose package code reaches it}: a blocked object is taken out of
+    those tasks' builds (and out of every build when no task's code reaches it)."""
     from grader.package_build import _identifiers, _location, _Module
 
     root = package_dir(package)
-    owners = {}
-    for path in declaration.get("blocked", []):
+    modules = {p.relative_to(root): _Module(p.relative_to(root), p.read_text())
+               for p in root.rglob("*.py") if "__pycache__" not in p.parts}
+    by_name = {}
+    for module in modules.values():
+        for qualname, node in module.defs.items():
+            if "." not in qualname:
+                by_name.setdefault(qualname, []).append(node)
+
+    def top_name(path):
+        try:
+            return _location(package, root, path)[2].split(".")[0]
+        except (LookupError, AttributeError):
+            return None
+
+    owned = {task: {top_name(p) for paths in names.values() for p in paths} - {None}
+             for task, names in declaration.get("tasks", {}).items()}
+
+    def reach(path, task):
+        """Every top-level name the package code of ``path`` uses, directly or through helpers,
+        short of another task's parts (what they use is theirs)."""
         try:
             kind, relative, qualname = _location(package, root, path)
         except LookupError:
-            owners[path] = None
-            continue
-        name = qualname.split(".")[-1] if qualname else path.split(".")[-1]
-        users = []
-        for task, names in declaration.get("tasks", {}).items():
-            for name_paths in names.values():
-                for p in name_paths:
-                    try:
-                        k, rel, q = _location(package, root, p)
-                    except LookupError:
-                        continue
-                    if k != "source":
-                        continue
-                    module = _Module(rel, (root / rel).read_text())
-                    node = module.defs.get(q)
-                    if node is not None and name in set(_identifiers(node)):
-                        users.append(task)
-        owners[path] = users[0] if users else None
-    return owners
+            return set()
+        node = modules[relative].defs.get(qualname) if kind == "source" else None
+        others = set().union(*[names for t, names in owned.items() if t != task]) - owned[task]
+        todo, seen = [node] if node is not None else [], set()
+        while todo:
+            for name in set(_identifiers(todo.pop())) - seen:
+                seen.add(name)
+                if name not in others:
+                    todo.extend(by_name.get(name, []))
+        return seen
+
+    reached = {task: set().union(*[reach(p, task) for paths in names.values() for p in paths])
+               for task, names in declaration.get("tasks", {}).items()}
+    return {path: {task for task, names in reached.items() if path.split(".")[-1] in names}
+            for path in declaration.get("blocked", [])}
 
 
 def names_used(notebook: Path) -> frozenset:
@@ -166,10 +181,10 @@ def builds(course_root, assignment, declaration, package="needle_kernels", log=N
     """
     tasks = list(declaration.get("tasks", {}))
     blocked = _blocked_tasks(declaration, package)
-    wanted = {"*": {**_removals(declaration), **{p: t or assignment for p, t in blocked.items()}}}
+    wanted = {"*": {**_removals(declaration), **{p: min(t) if t else assignment for p, t in blocked.items()}}}
     for task in tasks:
         wanted[task] = {**_removals(declaration, task),
-                        **{p: task for p, t in blocked.items() if t in (task, None)}}
+                        **{p: task for p, t in blocked.items() if task in t or not t}}
     root = package_dir(package)
     found = {}
     for name, paths in wanted.items():

@@ -423,7 +423,12 @@ def start(assignment, tasks, blocked=(), namespace=None):
         paths = (paths,) if isinstance(paths, str) else tuple(paths)
         part = Part(task, name, paths, blocked=is_blocked)
         for path in paths:
-            module, attribute, obj = _resolve(path)
+            try:
+                module, attribute, obj = _resolve(path)
+            except LookupError:
+                if os.environ.get(ABSENT_VARIABLE):
+                    continue        # a graded run's build left the compiled module holding it out
+                raise
             if id(obj) in _STATE.by_object:
                 continue        # a re-export of an object already switched
             if isinstance(obj, type):
