@@ -572,22 +572,80 @@ def check_launcher(fn, name):
 
 # ---------------------------------------------------------------- speed
 
-def tiled_speedup(mod, n=512, repeats=3, seed=0):
-    """median time of ``mod.matmul`` / median time of ``mod.matmul_tiled`` for n x n by n x n,
-    the two alternating in one process (so a machine busy with other work slows both alike)."""
+# The yardstick of the speed check: the plain product, one dot product per output element with the sum
+# over k innermost, rows split among the OpenMP threads, compiled with the flags of the notebooks'
+# %%cython cells. It is the course's, so a submission cannot make it slow.
+_PLAIN_MATMUL_C = r"""
+void plain_matmul(const float *a, const float *b, float *out, long m, long n, long p) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < m; i++)
+        for (long j = 0; j < p; j++) {
+            float acc = 0.0f;
+            for (long k = 0; k < n; k++)
+                acc += a[i * n + k] * b[k * p + j];
+            out[i * p + j] = acc;
+        }
+}
+"""
+
+
+def _plain_matmul():
+    """The course's plain matmul as a ctypes function ``f(a, b, out, m, n, p)`` of the addresses of
+    compact float32 arrays, compiled from C with ``-O3 -fopenmp`` into a fresh folder of this process
+    (a library left in a shared folder could be anyone's)."""
+    import ctypes
+    import shutil
+    import subprocess
+    import tempfile
+
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise RuntimeError("the speed check compiles the course's plain matmul with gcc, which is not installed")
+    folder = tempfile.mkdtemp(prefix="coursekit_plain_matmul_")
+    src, lib = os.path.join(folder, "plain_matmul.c"), os.path.join(folder, "plain_matmul.so")
+    with open(src, "w") as fh:
+        fh.write(_PLAIN_MATMUL_C)
+    proc = subprocess.run([compiler, "-O3", "-fopenmp", "-shared", "-fPIC", src, "-o", lib],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the course's plain matmul does not compile:\n{proc.stderr}")
+    fn = ctypes.CDLL(lib).plain_matmul
+    shutil.rmtree(folder, ignore_errors=True)   # the loaded library stays mapped
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 3
+    fn.restype = None
+    return fn
+
+
+def tiled_speedup(mod, n=512, repeats=5, seed=0):
+    """``(ratio, plain, tiled)``: the median time of the course's plain matmul (``_plain_matmul``) over
+    the median time of ``mod.matmul_tiled``, for n x n by n x n.
+
+    The two alternate in one process, so a machine busy with other work slows both alike, and the
+    yardstick is the course's own kernel, not the notebook's ``matmul``. ``mod.matmul_tiled``'s product
+    is checked against numpy first: a kernel that skips work is not fast.
+    """
+    if n % TILE:
+        raise ValueError(f"tiled_speedup: n = {n} must be a multiple of the tile size {TILE}")
     rng = np.random.default_rng(seed)
-    a, b = (put(mod, rng.standard_normal(n * n).astype(np.float32)) for _ in range(2))
-    out = mod.Array(n * n)
-    times = {"matmul": [], "matmul_tiled": []}
-    for kernel in times:
-        getattr(mod, kernel)(a, b, out, n, n, n)        # warm-up
+    x, y = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    tile = lambda z: np.ascontiguousarray(z.reshape(n // TILE, TILE, n // TILE, TILE).transpose(0, 2, 1, 3))
+    a, b, out = put(mod, tile(x)), put(mod, tile(y)), mod.Array(n * n)
+    plain, ref_out = _plain_matmul(), np.empty(n * n, dtype=np.float32)
+    runs = {"plain": lambda: plain(x.ctypes.data, y.ctypes.data, ref_out.ctypes.data, n, n, n),
+            "tiled": lambda: mod.matmul_tiled(a, b, out, n, n, n)}
+    for run in runs.values():
+        run()       # warm-up: caches, the OpenMP threads
+    want = (x.astype(np.float64) @ y).astype(np.float32)
+    _same(ref_out, want.ravel(), f"the course's plain matmul at n = {n}", rtol=1e-4, atol=1e-5 * n ** 0.5)
+    _same(get(mod, out), tile(want).ravel(), f"matmul_tiled at n = {n}", rtol=1e-4, atol=1e-5 * n ** 0.5)
+    times = {name: [] for name in runs}
     for _ in range(repeats):
-        for kernel in times:
+        for name, run in runs.items():
             t0 = time.perf_counter()
-            getattr(mod, kernel)(a, b, out, n, n, n)
-            times[kernel].append(time.perf_counter() - t0)
-    naive, tiled = (float(np.median(times[k])) for k in ("matmul", "matmul_tiled"))
-    return naive / tiled, naive, tiled
+            run()
+            times[name].append(time.perf_counter() - t0)
+    plain_s, tiled_s = (float(np.median(times[k])) for k in ("plain", "tiled"))
+    return plain_s / tiled_s, plain_s, tiled_s
 
 
 __all__ = ["notebook_backend", "notebook_device", "host_buffers", "device_buffers", "check_strided",
