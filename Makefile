@@ -2,8 +2,8 @@
 #   make lab    create .venv, build the kernels, open the course in JupyterLab
 #   make test   create .venv, build the kernels, run the whole test suite
 #   make hub    (optional) serve the course to a class: JupyterHub + nbgrader, see hub/launch.py
-#   make hub-users  (root) the system accounts, exchange and course folder of a real class
-# Variables: PORT=8888 (HUB_PORT=8000, ROSTER=hub/roster.csv, COURSE=dlsys for the hub), PYTHON=python3, JOBS=2 (pytest workers), NK_NATIVE=1 (build with
+#   make hub-users  (root) a real class's accounts, passwords, course and assignments, see hub/users.py
+# Variables: PORT=8888 (HUB_PORT=8000, ROSTER=hub/roster.csv, COURSE=dlsys, ASSIGNMENTS=all for the hub), PYTHON=python3, JOBS=2 (pytest workers), NK_NATIVE=1 (build with
 # -march=native), TORCH=auto|1|0: PyTorch is an optional test reference; `auto` installs the
 # small CPU build (torch==2.13.0+cpu) only where a package index or wheel folder offers it,
 # `1` installs torch==2.13.0 from any index (large), `0` never.
@@ -14,6 +14,7 @@ PORT   ?= 8888
 HUB_PORT ?= 8000
 ROSTER ?= hub/roster.csv
 COURSE ?= dlsys
+ASSIGNMENTS ?= all
 JOBS   ?= 2
 TORCH  ?= auto
 BIN    := $(VENV)/bin
@@ -22,7 +23,7 @@ OPEN_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Containers and cloud images often log in as root, which JupyterLab refuses without this flag.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab hub hub-users test test-fast bench clean torch-reference
+.PHONY: setup lab hub hub-users test test-fast bench book clean torch-reference
 
 setup: $(VENV)/.installed
 	@$(BIN)/python setup.py -q build_ext --inplace -j 2 >/dev/null
@@ -33,7 +34,7 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
-	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed,onnx,hub]"
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed,onnx,hub,book]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
 	@touch $@
 
@@ -45,7 +46,7 @@ hub: setup
 	$(BIN)/python hub/launch.py --roster $(ROSTER) --course $(COURSE) --port $(HUB_PORT)
 
 hub-users: setup
-	$(BIN)/python hub/users.py --roster $(ROSTER) --course $(COURSE)
+	$(BIN)/python hub/users.py --roster $(ROSTER) --course $(COURSE) --assignments $(ASSIGNMENTS)
 
 test: setup
 	@bash scripts/install_system_deps.sh
@@ -61,6 +62,11 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_backend.py
 	$(BIN)/python benchmarks/bench_models.py
+
+# the course as a static site in book/build/html: every lecture executed (through myst-nb's cache, so an
+# unchanged lecture is not executed again), a page per assignment, the API reference
+book: setup
+	$(BIN)/python book/build.py
 
 clean:
 	rm -rf build $(VENV) needle_kernels/**/*.so

@@ -103,8 +103,48 @@ def cmd_generate(args):
         if proof.release_passes and len(proof.release_passes) == proof.tests:
             problems.append(f"{proof.notebook}: the released version already passes every test")
     if problems:
+        missing = _missing_in_sandbox(course, args.assignment)
+        if missing:
+            raise GraderError(
+                f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not importable inside the "
+                f"sandbox: grader init --package {' --package '.join(missing)} ..., or add "
+                f"{'it' if len(missing) == 1 else 'them'} to c.Sandbox.packages in nbgrader_config.py "
+                "(the assignment's tests fail without: " + "; ".join(problems) + ")")
         raise GraderError("the assignment is not ready: " + "; ".join(problems) +
                           " (fix the source, or --no-proof to skip this check)")
+
+
+def _missing_in_sandbox(course, assignment) -> list:
+    """Modules the assignment's notebooks import that the grading interpreter finds only
+    outside what the sandbox shows (an editable install not in c.Sandbox.packages)."""
+    import importlib.util
+    import re
+
+    import nbformat
+
+    from grader.sandbox.confinement import interpreter_paths
+    from grader.settings import Sandbox
+
+    listed = set(course.section(Sandbox).packages)
+    names = set()
+    for path in course.path("source", assignment).glob("*.ipynb"):
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            if cell.cell_type == "code":
+                names.update(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", cell.source, re.M))
+    shown = [os.path.realpath(p) for p in interpreter_paths()]
+    missing = []
+    for name in sorted(names - listed):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        where = spec and (list(spec.submodule_search_locations or []) or [spec.origin])[0]
+        if not where or where in ("built-in", "frozen"):
+            continue
+        where = os.path.realpath(where)
+        if not where.startswith("/usr/") and not any(where == p or where.startswith(p + os.sep) for p in shown):
+            missing.append(name)
+    return missing
 
 
 def cmd_due(args):
@@ -193,8 +233,9 @@ def cmd_similarity(args):
     lines = similarity_lines(report)
     for line in lines:
         print(line)
-    print(f"{len(report.package)} copy(ies) of the package's code, {len(report.shared)} group(s) of "
-          f"submissions sharing code, {report.common} common solution(s) left out; "
+    print(f"{len(report.package)} copy(ies) of the package's code, {len(report.lectures)} of the lectures', "
+          f"{len(report.shared)} pair(s) of submissions sharing code, {report.common} common solution(s) "
+          f"left out, {len(report.suspicious)} suspicious construct(s); "
           "recorded as instructor notes (grader export shows them)")
 
 
@@ -271,7 +312,8 @@ def build_parser():
     p.add_argument("--kernel", default="python3", help="the pinned kernelspec name")
     p.add_argument("--db-url", help="SQLAlchemy URL of the gradebook (default: sqlite in the course)")
     p.add_argument("--package", action="append", default=[],
-                   help="a development-mode package submissions import (repeatable)")
+                   help="a development-mode package submissions import (repeatable); needle_kernels "
+                        "and coursekit are always added where this interpreter can import them")
     command("doctor", cmd_doctor, "check sandbox, exchange, kernel and gradebook", assignment=False)
     p = command("generate", cmd_generate, "make the student version (nbgrader generate_assignment)")
     p.add_argument("--due", help="due date, ISO 8601 (UTC unless it says otherwise) or 'now'")
@@ -292,7 +334,7 @@ def build_parser():
     p = command("export", cmd_export, "write the grades as CSV")
     p.add_argument("--to", required=True, help="output CSV file")
     command("similarity", cmd_similarity,
-            "find solutions that are the package's code or another student's (instructor notes)")
+            "find solutions that are the package's code, a lecture's or another student's (instructor notes)")
     p = command("roster", cmd_roster, "add students from a CSV (id, first_name, last_name, email, lms_user_id)",
                 assignment=False)
     p.add_argument("file")

@@ -13,6 +13,10 @@ from grader import GraderError
 
 CONFIG_FILE = "nbgrader_config.py"
 DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"
+# what the course's own assignments import: shown in the grading sandbox by default,
+# where the grading interpreter can import them (an editable install lives outside the
+# prefix, so without this the sandbox would not see it)
+DEFAULT_PACKAGES = ("needle_kernels", "coursekit")
 
 # The only change to nbgrader's autograde pipeline: `Execute` becomes the sandboxed
 # step. Kept in the config file so `nbgrader autograde` and the formgrader use it too.
@@ -159,12 +163,20 @@ def student_config(course_id: str, exchange=None, student=None, root=None) -> Co
 
 
 def ensure_exchange(path) -> None:
-    """nbgrader's exchange root must exist and be world-writable (students drop submissions)."""
+    """nbgrader's exchange root must exist and be writable by everyone (students drop
+    submissions into it). 0777 or 1777 both do: with the sticky bit (what a shared
+    exchange made by root has) nobody can remove or rename another's files. A root
+    that is neither is made 0777 when this account owns it; otherwise its owner must."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     mode = stat.S_IMODE(path.stat().st_mode)
-    if mode != 0o777:
-        path.chmod(0o777)
+    if mode & 0o777 == 0o777:
+        return
+    try:
+        path.chmod(0o777 | (mode & stat.S_ISVTX))
+    except PermissionError:
+        raise GraderError(f"the exchange {path} is mode {mode:04o}, so students cannot submit, and "
+                          f"this account cannot change it: `chmod 1777 {path}` as its owner") from None
 
 
 def shown_url(url: str) -> str:
@@ -177,9 +189,18 @@ def shown_url(url: str) -> str:
         return url
 
 
+def default_packages() -> list:
+    """The packages of DEFAULT_PACKAGES that this interpreter can import."""
+    import importlib.util
+
+    return [name for name in DEFAULT_PACKAGES if importlib.util.find_spec(name) is not None]
+
+
 def init_course(directory, course_id: str, exchange=None, kernel_name="python3", db_url=None,
-                packages=()) -> Course:
-    """Create a course directory with an nbgrader config, an empty gradebook and an exchange."""
+                packages=None) -> Course:
+    """Create a course directory with an nbgrader config, an empty gradebook and an exchange.
+
+    `packages`, and `default_packages()` always, are shown read-only in the grading sandbox."""
     root = Path(directory).resolve()
     if (root / CONFIG_FILE).exists():
         raise GraderError(f"{root / CONFIG_FILE} already exists; not overwriting a course")
@@ -195,7 +216,7 @@ def init_course(directory, course_id: str, exchange=None, kernel_name="python3",
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     (root / CONFIG_FILE).write_text(CONFIG_TEMPLATE.format(
         course_id=course_id, db_url=db_url, exchange=exchange, kernel_name=kernel_name,
-        packages=list(packages),
+        packages=list(dict.fromkeys(default_packages() + list(packages or ()))),
         preprocessors=AUTOGRADE_PREPROCESSORS, sanitize=SANITIZE_PREPROCESSORS, feedback_preprocessors=FEEDBACK_PREPROCESSORS))
     course = load_course(root)
     try:

@@ -12,6 +12,12 @@ nbgrader's documented multi-user layout, on JupyterHub 5/6 roles and groups:
   (students, and the teaching staff, to try assignments) may discover it;
 - every server may query the hub as its owner (`server` role: inherit), which
   `JupyterHubAuthPlugin` needs to list a user's courses.
+
+Each server starts through `hub/singleuser.py`, which pulls the published lectures into
+the user's home first. Servers outlive the hub: stopping or restarting it leaves them
+running (`cleanup_servers = False`), and the restarted hub finds them again through the
+process ids it keeps in its database. jupyterhub-idle-culler, a hub service, stops those
+left idle (`--cull-idle`); their files stay, and the next login starts them again.
 """
 
 import json
@@ -31,7 +37,10 @@ c.JupyterHub.hub_port = settings["hub_port"]
 c.JupyterHub.db_url = f"sqlite:///{settings['state']}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = f"{settings['state']}/jupyterhub_cookie_secret"
 # the pure-Python configurable-http-proxy from PyPI, started and stopped by the hub
-c.ConfigurableHTTPProxy.command = [os.path.join(bin_dir, "configurable-http-proxy")]
+# its requests wait as long as nbgrader's slowest: validating or autograding a course
+# notebook takes minutes, past the proxy's default of 20 s (a 503 in the student's panel)
+c.ConfigurableHTTPProxy.command = [os.path.join(bin_dir, "configurable-http-proxy"),
+                                   "--proxy-timeout", str(30 * 60 * 1000)]
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings['proxy_api_port']}"
 
 staff = settings["instructors"] + settings["tas"]
@@ -49,14 +58,21 @@ else:
     c.JupyterHub.authenticator_class = "pam"
     c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
 
-c.Spawner.cmd = [os.path.join(bin_dir, "jupyterhub-singleuser")]
+c.Spawner.cmd = [settings["python"], os.path.join(settings["repo"], "hub", "singleuser.py")]
 c.Spawner.default_url = "/lab"
+# users' servers, with their kernels, outlive a stop or a restart of the hub
+c.JupyterHub.cleanup_servers = False
 c.Spawner.notebook_dir = "~"
 c.Spawner.http_timeout = 120
 c.Spawner.start_timeout = 120
 # the hub's nbgrader settings (exchange, path_includes_course, JupyterHubAuthPlugin)
 # come before each user's own configuration
-c.Spawner.environment = {"JUPYTER_CONFIG_PATH": f"{settings['config_dir']}-users:{settings['config_dir']}"}
+c.Spawner.environment = {
+    "JUPYTER_CONFIG_PATH": f"{settings['config_dir']}-users:{settings['config_dir']}",
+    # what hub/singleuser.py pulls, and where to
+    "NK_LECTURES_REPO": settings["lectures_repo"], "NK_LECTURES_DIR": os.path.join(course, "lectures"),
+    "NK_HUB_GITCONFIG": settings["gitconfig"],
+}
 if os.geteuid() == 0 and single:
     # single-account mode run by root: the servers are root's too (JupyterLab refuses that
     # without this flag); the printed warning says students are not isolated
@@ -72,6 +88,8 @@ c.JupyterHub.load_groups = {
 c.JupyterHub.load_roles = [
     {"name": "instructor", "groups": ["instructors"], "scopes": ["admin:users", "admin:servers"]},
     {"name": "server", "scopes": ["inherit"]},
+    {"name": "idle-culler", "services": ["idle-culler"],
+     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
     {"name": f"formgrade-{course}", "groups": [f"formgrade-{course}"],
      "scopes": [f"access:services!service={course}"]},
     {"name": f"nbgrader-{course}", "groups": [f"nbgrader-{course}"],
@@ -89,6 +107,12 @@ service_env = {
     "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
     "PYTHONPATH": settings["repo"],
 }
+if not single:
+    # the grader account's grading jobs and sandbox slot locks, away from the shared /tmp
+    # (`make hub-users` makes this folder)
+    import pwd
+
+    service_env["TMPDIR"] = os.path.join(pwd.getpwnam(settings["grader_account"]).pw_dir, ".cache", "grader-tmp")
 service_cmd = [os.path.join(bin_dir, "jupyterhub-singleuser"), f"--ServerApp.root_dir={settings['course_dir']}"]
 if os.geteuid() == 0 and single:
     service_cmd.append("--allow-root")
@@ -100,3 +124,9 @@ service = {
 if not single:
     service["user"] = settings["grader_account"]
 c.JupyterHub.services = [service]
+if settings["cull_idle"]:
+    c.JupyterHub.services.append({
+        "name": "idle-culler", "api_token": settings["culler_token"],
+        "command": [settings["python"], "-m", "jupyterhub_idle_culler", f"--timeout={settings['cull_idle']}",
+                    f"--cull-every={max(5, min(300, settings['cull_idle'] // 4))}"],
+    })

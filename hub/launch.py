@@ -1,7 +1,8 @@
 """`make hub`: serve the course to a class with JupyterHub and nbgrader's multi-user layout.
 
     python hub/launch.py [--roster hub/roster.csv] [--course dlsys] [--port 8000]
-                         [--mode auto|system|single] [--state DIR] [--prepare-only]
+                         [--mode auto|system|single] [--state DIR] [--exchange DIR]
+                         [--cull-idle SECONDS] [--prepare-only]
 
 Two modes, chosen by `auto`:
 - system: every roster member and the course's grader account (`grader-COURSE`) is a
@@ -14,6 +15,11 @@ Two modes, chosen by `auto`:
   logs in with a password of their own (written once to STATE/initial-passwords.csv),
   and nbgrader files submissions under the hub login (`JUPYTERHUB_USER`), not under
   the one system account.
+
+Every start (and `--prepare-only`) publishes course/lectures as a git repository in the
+state folder, which each user's server pulls into ~/COURSE/lectures when it starts
+(`hub/singleuser.py`, nbgitpuller), and turns JupyterLab's news and update checks off in
+this environment (the machine is offline).
 
 The layout is nbgrader's documented one: the formgrader runs as a hub service named
 after the course, as the grader account; `formgrade-COURSE` (instructor, TA) may use
@@ -40,6 +46,13 @@ from roster_auth import write_passwords  # noqa: E402
 
 SYSTEM_EXCHANGE = "/srv/nbgrader/exchange"
 SYSTEM_STATE = "/srv/nbgrader/hub"
+LECTURES = REPO / "course" / "lectures"
+# JupyterLab's defaults for every user of this environment: no news feed, no update
+# check and no extension catalogue, all of which ask the internet
+LAB_OVERRIDES = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/extensionmanager-extension:plugin": {"enabled": False},
+}
 DEFAULT_STATE = os.path.expanduser("~/.local/state/needle_kernels-hub")
 
 
@@ -85,6 +98,58 @@ def grader_cmd(args, cwd, env=None):
                    env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, stdout=subprocess.DEVNULL)
 
 
+def git(*args, cwd=None):
+    return subprocess.run(["git", "-c", "user.name=hub", "-c", "user.email=hub@localhost", *map(str, args)],
+                          cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def publish_lectures(state: Path) -> Path:
+    """course/lectures committed, when changed, to the bare repository STATE/lectures.git.
+
+    Students never see the checkout's history (which holds the source notebooks): the
+    repository holds nothing but the lectures, committed as they are on disk."""
+    repo = state / "lectures.git"
+    if not (repo / "HEAD").exists():
+        git("init", "-q", "--bare", "-b", "main", repo)
+        (repo / "info").mkdir(exist_ok=True)
+        (repo / "info" / "exclude").write_text(".ipynb_checkpoints/\n__pycache__/\n")
+    tree = ["--git-dir", repo, "--work-tree", LECTURES]
+    git(*tree, "add", "-A", ".")
+    if git(*tree, "status", "--porcelain"):
+        git(*tree, "commit", "-q", "-m", "lectures as published by the hub")
+    for path in [repo, *repo.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    # git reads another account's repository only where a global setting names it
+    gitconfig = state / "gitconfig"
+    gitconfig.write_text(f"[safe]\n\tdirectory = {repo}\n")
+    os.chmod(gitconfig, 0o644)
+    return repo
+
+
+def lab_overrides():
+    """LAB_OVERRIDES in this environment's JupyterLab settings, kept with any others there."""
+    folder = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings"
+    path = folder / "overrides.json"
+    try:
+        current = json.loads(path.read_text()) if path.exists() else {}
+        merged = {**current, **{k: {**current.get(k, {}), **v} for k, v in LAB_OVERRIDES.items()}}
+        if merged != current:
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(merged, indent=1))
+            os.chmod(path, 0o644)
+    except OSError as err:
+        print(f"hub: cannot write {path} ({err}): JupyterLab will ask about news and updates")
+
+
+def private_file(path: Path, text=None):
+    """`path` readable by this account only (created empty where missing)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if text is not None else 0), 0o600)
+    with os.fdopen(fd, "w") as fh:
+        if text is not None:
+            fh.write(text)
+    os.chmod(path, 0o600)
+
+
 def prepare(opts) -> dict:
     roles, rows = read_roster(opts.roster)
     grader_account = f"grader-{opts.course}"
@@ -100,12 +165,12 @@ def prepare(opts) -> dict:
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o711 if mode == "system" else 0o700)
     if mode == "system":
-        exchange = Path(SYSTEM_EXCHANGE)
+        exchange = Path(opts.exchange or SYSTEM_EXCHANGE)
         course_dir = Path(pwd.getpwnam(grader_account).pw_dir) / opts.course
         if not (course_dir / "nbgrader_config.py").exists():
             raise SystemExit(f"{course_dir} has no course: run `make hub-users` (as root)")
     else:
-        exchange = state / "exchange"
+        exchange = Path(opts.exchange) if opts.exchange else state / "exchange"
         course_dir = state / "courses" / opts.course
         if not (course_dir / "nbgrader_config.py").exists():
             grader_cmd(["init", course_dir, "--course-id", opts.course, "--exchange", exchange], state)
@@ -152,15 +217,23 @@ def prepare(opts) -> dict:
 
     token_file = state / "service-token"
     if not token_file.exists():
-        token_file.write_text(secrets.token_hex(32))
-        os.chmod(token_file, 0o600)
+        private_file(token_file, secrets.token_hex(32))
+    culler_token = state / "culler-token"
+    if not culler_token.exists():
+        private_file(culler_token, secrets.token_hex(32))
+    # the hub's database holds every user's tokens: made private before the hub opens it
+    private_file(state / "jupyterhub.sqlite")
+    lectures = publish_lectures(state)
+    lab_overrides()
     settings = {
         "mode": mode, "note": note, "course": opts.course, "course_dir": str(course_dir),
         "exchange": str(exchange), "state": str(state), "ip": opts.ip, "port": opts.port,
         "hub_port": opts.port + 1, "proxy_api_port": opts.port + 2, "service_port": opts.port + 3,
         "instructors": roles["instructor"], "tas": roles["ta"], "students": roles["student"],
         "grader_account": grader_account, "service_token": token_file.read_text().strip(),
-        "bin": str(Path(sys.executable).parent), "config_dir": str(config_dir), "repo": str(REPO),
+        "bin": str(Path(sys.executable).parent), "python": sys.executable, "config_dir": str(config_dir),
+        "repo": str(REPO), "lectures_repo": str(lectures), "gitconfig": str(state / "gitconfig"),
+        "culler_token": culler_token.read_text().strip(), "cull_idle": opts.cull_idle,
     }
     if mode == "single":
         users = roles["instructor"] + roles["ta"] + roles["student"]
@@ -172,7 +245,7 @@ def prepare(opts) -> dict:
                 fh.writelines(f"{user},{password}\n" for user, password in new.items())
             print(f"passwords of {len(new)} new user(s) written to {sheet} (hand them out, then delete it)")
         settings["password_file"] = str(state / "passwords.json")
-    (state / "hub-settings.json").write_text(json.dumps(settings, indent=1))
+    private_file(state / "hub-settings.json", json.dumps(settings, indent=1))
     return settings
 
 
@@ -206,7 +279,13 @@ def main(argv=None):
     parser.add_argument("--state", default=None,
                         help=f"the hub's own files (default {SYSTEM_STATE} with system accounts, "
                              f"else {DEFAULT_STATE})")
-    parser.add_argument("--prepare-only", action="store_true")
+    parser.add_argument("--exchange", default=None,
+                        help=f"nbgrader's exchange (default {SYSTEM_EXCHANGE} with system accounts, "
+                             "else STATE/exchange)")
+    parser.add_argument("--cull-idle", type=int, default=3600,
+                        help="stop a user's server after this many seconds without activity (0: never)")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="write the settings and publish the lectures, without starting the hub")
     opts = parser.parse_args(argv)
     settings = prepare(opts)
     print(f"hub: {settings['note']}")

@@ -33,7 +33,7 @@ def free_base_port():
 
 
 class Hub:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, cull_idle=None):
         self.root, self.state = root, root / "state"
         self.port = free_base_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -43,7 +43,7 @@ class Hub:
                           "alice,student,Alice,A,\nbob,student,Bob,B,\ntess,student,Tess,T,\n")
         self.argv = [sys.executable, str(REPO / "hub" / "launch.py"), "--roster", str(roster),
                      "--course", COURSE, "--port", str(self.port), "--state", str(self.state),
-                     "--mode", "single"]
+                     "--mode", "single"] + (["--cull-idle", str(cull_idle)] if cull_idle else [])
         self.env = {**{k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBGRADER"))},
                     "HOME": str(root / "home"), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
         (root / "home").mkdir()
@@ -113,8 +113,26 @@ class Hub:
         assert r.ok, f"{s.name}: {method} {path} -> {r.status_code}: {r.text[:1500]}"
         return r.json() if r.text else None
 
+    admin = "instructor"
+
+    def stop_servers(self, timeout=120):
+        """Stop every user's server through the hub: they outlive the hub itself."""
+        if self.proc.poll() is not None:
+            return
+        s = self.session(self.admin)
+        for user in self.call(s, "GET", "/hub/api/users"):
+            if user["servers"]:
+                s.delete(f"{self.url}/hub/api/users/{user['name']}/server", timeout=60)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(u["servers"] for u in self.call(s, "GET", "/hub/api/users")):
+                return
+            time.sleep(1)
+        raise AssertionError(f"servers still running after {timeout} s:\n{self.log_text()}")
+
     def stop(self):
         if self.proc.poll() is None:
+            self.stop_servers()
             # the hub stops the servers it spawned and its course service on SIGTERM
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -123,3 +141,141 @@ class Hub:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.log.close()
+
+
+# ---- a class machine: real system accounts (root only) ---------------------------------
+
+def everyone_can_run(path) -> bool:
+    sys.path.insert(0, str(REPO / "hub"))
+    from users import reachable_by_everyone
+
+    return not reachable_by_everyone(path)
+
+
+def shared_interpreter(exact=False):
+    """A Python of this version that every account can run: this one's base, or the system's.
+
+    `exact`: the same patch release too. The layered packages were installed for this
+    interpreter, and some depend on its patch release (soupsieve's selectors, which
+    nbconvert's HTML feedback uses, fail on 3.11.2's `re`)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wanted = str(sys.version_info[:3] if exact else sys.version_info[:2])
+    for candidate in [getattr(sys, "_base_executable", ""), f"/usr/bin/python{version}"]:
+        if candidate and os.path.exists(candidate) and everyone_can_run(candidate):
+            out = subprocess.run([candidate, "-c", f"import sys; print(sys.version_info[:{3 if exact else 2}])"],
+                                 capture_output=True, text=True)
+            if out.stdout.strip() == wanted:
+                return candidate
+    return None
+
+
+SCRIPTS = {"jupyterhub": "jupyterhub.app:main", "configurable-http-proxy": "configurable_http_proxy.cli:main",
+           "alembic": "alembic.config:main", "jupyter": "jupyter_core.command:main",
+           "jupyterhub-singleuser": "jupyterhub.singleuser:main"}
+
+
+def class_machine_or_skip(root: Path, exact=False) -> Path:
+    """A virtual environment under `root` that every account can run (a class machine's
+    checkout in /opt, as the README asks), layered on this one's packages by a `.pth` file:
+    this checkout's own may live where other accounts cannot enter. Skips where real
+    accounts cannot be made. Returns the environment's python."""
+    import sysconfig
+
+    import pytest
+
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
+        pytest.skip("real accounts need root, useradd and runuser")
+    base = shared_interpreter(exact)
+    site = sysconfig.get_paths()["purelib"]
+    if base is None or not everyone_can_run(site) or not everyone_can_run(REPO / "needle_kernels"):
+        pytest.skip(f"no Python {sys.version_info[:3 if exact else 2]} that every account can run, or {site} or "
+                    f"{REPO} is closed to them (make the checkout world-readable, e.g. in /opt)")
+    os.chmod(root, 0o755)
+    venv = root / "venv"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    own_site = Path(subprocess.run([str(python), "-c",
+                                    "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+    # addsitedir, not a plain path line: the editable install's own .pth (its finder for
+    # coursekit) is read only in a site directory
+    (own_site / "installed-packages.pth").write_text(f"import site; site.addsitedir({site!r})\n")
+    # the server extensions this environment enables and the data JupyterLab serves, from
+    # the one it is layered on; kernels left out (theirs would start that interpreter)
+    shutil.copytree(Path(sys.prefix) / "etc" / "jupyter", venv / "etc" / "jupyter")
+    data, own_data = Path(sys.prefix) / "share" / "jupyter", venv / "share" / "jupyter"
+    (own_data / "lab" / "settings").mkdir(parents=True)
+    for entry in data.iterdir():
+        if entry.name not in ("kernels", "lab"):
+            (own_data / entry.name).symlink_to(entry)
+    for entry in (data / "lab").iterdir():
+        if entry.name != "settings":
+            (own_data / "lab" / entry.name).symlink_to(entry)
+    for name, entry in SCRIPTS.items():
+        module, func = entry.split(":")
+        script = venv / "bin" / name
+        script.write_text(f"#!{python}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n")
+        script.chmod(0o755)
+    return python
+
+
+def remove_accounts(names):
+    """Every process of these accounts ended (by process id), then the accounts and homes."""
+    import pwd
+    import signal as signals
+
+    uids = {}
+    for name in names:
+        try:
+            uids[pwd.getpwnam(name).pw_uid] = name
+        except KeyError:
+            pass
+    for _ in range(2):
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    if proc.stat().st_uid in uids:
+                        os.kill(int(proc.name), signals.SIGKILL)
+                except (OSError, ProcessLookupError):
+                    pass
+        time.sleep(0.5)
+    for name in uids.values():
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        subprocess.run(["groupdel", name], capture_output=True)
+
+
+def secret_modes():
+    """The modes of the checkout's folders that `make hub-users` closes, to put back after."""
+    return {p: p.stat().st_mode & 0o7777 for p in (REPO / "course" / "assignments", REPO / ".git") if p.exists()}
+
+
+class SystemHub(Hub):
+    """`hub/launch.py --mode system` as root, on accounts `hub/users.py` made."""
+
+    def __init__(self, root: Path, python: Path, roster: Path, course: str, admin: str, cull_idle=3600):
+        self.root, self.state, self.python, self.admin = root, root / "state", python, admin
+        self.exchange = root / "exchange"
+        self.port = free_base_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [str(python), str(REPO / "hub" / "launch.py"), "--roster", str(roster), "--course", course,
+                     "--port", str(self.port), "--state", str(self.state), "--exchange", str(self.exchange),
+                     "--mode", "system", "--cull-idle", str(cull_idle)]
+        self.env = {**{k: v for k, v in os.environ.items()
+                       if not k.startswith(("JUPYTER", "NBGRADER", "PYTHON", "VIRTUAL_ENV"))},
+                    "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"}
+        with open(self.state / "initial-passwords.csv") as fh:
+            self.passwords = dict(csv.reader(fh))
+        self.log_path = root / "hub.log"
+        self.log = open(self.log_path, "a")
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.wait_up()
+
+    def restart(self):
+        """Stop the hub alone (its users' servers keep running) and start it again."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=60)
+        self.start()

@@ -69,6 +69,12 @@ def test_class_through_the_hub_api(hub):
         listed = hub.call(s, "GET", f"/user/{name}/assignments", params={"course_id": COURSE})
         assert listed["success"] and [a["assignment_id"] for a in listed["value"]] == ["ps1"], listed
         assert hub.call(s, "GET", f"/user/{name}/courses")["value"] == [COURSE]
+        # the lectures, pulled into the home at the server's start
+        assert (hub.state / "homes" / name / COURSE / "lectures" / "02_softmax_regression.ipynb").exists()
+        # JupyterLab asks nothing of the internet: no news, no update check
+        news = hub.call(s, "GET", f"/user/{name}/lab/api/settings/@jupyterlab/apputils-extension:notification")
+        defaults = {k: v.get("default") for k, v in news["schema"]["properties"].items()}
+        assert (defaults["fetchNews"], defaults["checkForUpdates"]) == ("false", False), defaults
         fetched = hub.call(s, "POST", f"/user/{name}/assignments/fetch",
                            json={"course_id": COURSE, "assignment_id": "ps1"})
         assert fetched["success"], fetched

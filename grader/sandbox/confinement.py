@@ -20,6 +20,14 @@ JOB_MOUNT = "/grader-job"          # the job directory, inside the sandbox
 CODE_MOUNT = "/grader-sandbox"     # this package's worker and launcher, read-only
 PACKAGES_MOUNT = "/grader-packages"
 HOME = "/home/student"
+# unshare keeps the host's root file system, where a new top-level folder would be left
+# behind (and found again by the next run); its mount points live on its private /tmp
+UNSHARE_JOB_MOUNT = "/tmp/grader-job"
+UNSHARE_PACKAGES_MOUNT = "/tmp/grader-packages"
+# what a checkout of this repository holds that submissions must not read: the source
+# notebooks (solutions, hidden tests) and the history they are in
+CHECKOUT = HERE.parents[1]
+CHECKOUT_SECRETS = ("course/assignments", ".git")
 
 ETC_FILES = [
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "passwd", "group",
@@ -36,6 +44,8 @@ class Confinement:
     packages: dict = field(default_factory=dict)    # name -> host package dir
     hidden: list = field(default_factory=list)      # host paths hidden in unshare mode
     tmp_mb: int = 256
+    substitutes: dict = field(default_factory=dict)  # host path -> folder shown there instead
+    extra_env: dict = field(default_factory=dict)
 
     def command(self, job_dir: str, argv_inside: list, uid=None) -> list:
         """The full command running `argv_inside` confined, with `job_dir` writable."""
@@ -55,8 +65,15 @@ class Confinement:
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         }
         if self.packages:
-            env["PYTHONPATH"] = PACKAGES_MOUNT
+            env["PYTHONPATH"] = UNSHARE_PACKAGES_MOUNT if self.mode == "unshare" else PACKAGES_MOUNT
+        env.update(self.extra_env)
         return env
+
+    def hidden_paths(self) -> list:
+        """The configured hidden paths and, in unshare mode, the checkout's secrets: unshare
+        shows the whole host but these, while bubblewrap shows nothing it does not bind."""
+        extra = [str(CHECKOUT / rel) for rel in CHECKOUT_SECRETS] if self.mode == "unshare" else []
+        return sorted({h for h in self.hidden + extra if h and os.path.exists(h)})
 
     def shown_paths(self) -> list:
         """The read-only paths and packages, less any that would reveal a hidden path.
@@ -66,7 +83,7 @@ class Confinement:
         folder may lie below it; such an entry is left out rather than exposing them.
         """
         wanted = self.readonly + list(self.packages.values())
-        hidden = [os.path.realpath(h) for h in self.hidden if h]
+        hidden = [os.path.realpath(h) for h in self.hidden_paths()]
         return [p for p in wanted if p and not any(
             h == os.path.realpath(p) or h.startswith(os.path.realpath(p).rstrip(os.sep) + os.sep)
             for h in hidden)]
@@ -75,7 +92,7 @@ class Confinement:
         """Where the job directory and this package's code are seen by the worker."""
         if self.mode == "bwrap":
             return {"job": JOB_MOUNT, "code": CODE_MOUNT}
-        return {"job": job_dir if self.mode == "none" else JOB_MOUNT, "code": str(HERE)}
+        return {"job": job_dir if self.mode == "none" else UNSHARE_JOB_MOUNT, "code": str(HERE)}
 
     def _bwrap(self, job_dir, argv_inside, uid):
         cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid",
@@ -112,8 +129,11 @@ class Confinement:
             # a prefix reached through a symlink (a venv linked into a checkout) is bound at
             # its real path above; the link makes sys.executable's own path resolve inside
             cmd += ["--symlink", target, link]
+        for host, replacement in sorted(self.substitutes.items()):
+            # after everything else, so it covers the package wherever an outer bind shows it
+            cmd += ["--ro-bind", replacement, host]
         for name, path in sorted(self.packages.items()):
-            cmd += ["--ro-bind", path, f"{PACKAGES_MOUNT}/{name}"]
+            cmd += ["--ro-bind", self.substitutes.get(path, path), f"{PACKAGES_MOUNT}/{name}"]
         cmd += ["--ro-bind", str(HERE), CODE_MOUNT,
                 "--bind", job_dir, JOB_MOUNT, "--chdir", JOB_MOUNT, "--clearenv"]
         for key, value in self.environment().items():
@@ -134,10 +154,11 @@ class Confinement:
         if os.geteuid() != 0:
             cmd += ["--user", "--map-root-user"]
         spec = {
-            "job_dir": job_dir, "job_mount": JOB_MOUNT, "hide": sorted(set(self.hidden)),
+            "job_dir": job_dir, "job_mount": UNSHARE_JOB_MOUNT, "hide": self.hidden_paths(),
             "keep": _outermost(self.shown_paths() + [str(HERE)]),
             "links": _symlinks(self.shown_paths()),
-            "packages": self.packages, "packages_mount": PACKAGES_MOUNT, "home": HOME,
+            "packages": self.packages, "packages_mount": UNSHARE_PACKAGES_MOUNT, "home": HOME,
+            "substitutes": self.substitutes,
             "tmp_mb": self.tmp_mb, "uid": uid, "env": self.environment(), "argv": list(argv_inside),
         }
         import json

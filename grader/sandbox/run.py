@@ -25,7 +25,8 @@ from grader.sandbox import process_count
 from grader.sandbox.confinement import Confinement, choose, interpreter_paths, package_dirs
 
 STOP_NAME = "SandboxStopped"
-SLOT_DIR = Path(tempfile.gettempdir()) / "grader-slots"
+# per account: a folder one account made in the shared /tmp would shut every other one out
+SLOT_DIR = Path(tempfile.gettempdir()) / f"grader-slots-{os.getuid()}"
 
 
 @dataclass

@@ -4,6 +4,11 @@ Runs as root of the new namespaces with `-I` and the standard library only: hide
 sensitive host paths under empty tmpfs mounts (keeping the interpreter reachable),
 shows the job directory at a fixed path, brings up loopback for the kernel's
 sockets, drops to the slot uid and execs the worker.
+
+The mount namespace is private but the root file system is the host's: a folder made
+outside a tmpfs of this namespace would be made on the host and outlive the run. So
+every mount point made here lies on a tmpfs mounted here (the private /tmp, /home and
+the scratch area), and the scratch area is detached before the worker starts.
 """
 
 import ctypes
@@ -15,6 +20,7 @@ import struct
 import sys
 
 MS_BIND, MS_REC, MS_PRIVATE, MS_RDONLY, MS_REMOUNT = 4096, 16384, 1 << 18, 1, 32
+MNT_DETACH = 2
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -26,10 +32,19 @@ def mount(source, target, fstype=None, flags=0, data=None):
 
 
 def bind(source, target, readonly=False):
-    os.makedirs(target, exist_ok=True) if os.path.isdir(source) else None
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    elif not os.path.exists(target):
+        open(target, "a").close()  # a single-module package: a file to bind it onto
     mount(source, target, None, MS_BIND | MS_REC)
     if readonly:
         mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def unmount(target):
+    if libc.umount2(target.encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount {target}: {os.strerror(err)}")
 
 
 def loopback_up():
@@ -44,7 +59,8 @@ def main():
     # a private scratch area for stashing what must survive the hiding
     mount("tmpfs", "/mnt", "tmpfs", 0, "size=1m,mode=0755")
     stash = {}
-    for i, path in enumerate(spec["keep"] + [spec["job_dir"]]):
+    substitutes = spec.get("substitutes", {})
+    for i, path in enumerate(spec["keep"] + [spec["job_dir"]] + sorted(substitutes.values())):
         stash[path] = f"/mnt/keep{i}"
         os.makedirs(stash[path])
         mount(path, stash[path], None, MS_BIND | MS_REC)
@@ -60,26 +76,36 @@ def main():
     for path in sorted(closed) + spec["hide"] + ["/tmp"]:
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", 0, f"size={spec['tmp_mb']}m,mode=1777")
+        elif os.path.isfile(path):
+            mount("/dev/null", path, None, MS_BIND)
     for path in spec["keep"]:
+        # a kept path missing after the hiding lies under a tmpfs mounted above (/tmp, a
+        # closed folder), so the folders made for it are private to this namespace
         if not os.path.exists(path):
             os.makedirs(path, exist_ok=True)
         bind(stash[path], path, readonly=True)
+    for host, replacement in sorted(substitutes.items()):
+        # a build of a package shown where the package lies (it may live in the hidden course)
+        bind(stash[replacement], host, readonly=True)
     for link, target in spec["links"]:
         # a prefix reached through a symlink under a hidden folder (/tmp): the real path is
         # bound above, the link is made again so the interpreter's own path resolves
         if not os.path.lexists(link):
             os.makedirs(os.path.dirname(link), exist_ok=True)
             os.symlink(target, link)
-    os.makedirs(spec["job_mount"], exist_ok=True) if not os.path.exists(spec["job_mount"]) else None
     mount("tmpfs", "/home", "tmpfs", 0, f"size={spec['tmp_mb']}m,mode=0755")
     os.makedirs(spec["home"], mode=0o777)
     os.chmod(spec["home"], 0o777)
+    # the job and the packages are shown on the private /tmp
     os.makedirs(spec["job_mount"], exist_ok=True)
     bind(stash[spec["job_dir"]], spec["job_mount"])
     if spec["packages"]:
-        os.makedirs(spec["packages_mount"])
+        os.makedirs(spec["packages_mount"], mode=0o755, exist_ok=True)
         for name, path in spec["packages"].items():
-            bind(path, os.path.join(spec["packages_mount"], name), readonly=True)
+            source = stash[substitutes[path]] if path in substitutes else path
+            bind(source, os.path.join(spec["packages_mount"], name), readonly=True)
+    # the stash holds writable binds of the job and of every kept path: not left reachable
+    unmount("/mnt")
     loopback_up()
     if spec["uid"] is not None:
         os.setgroups([])
