@@ -25,7 +25,6 @@ import copy
 import hashlib
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -268,9 +267,3 @@ def execute(nb, workdir, settings, course_root, assignment, notebook, log=None) 
         reasons += [f"{task}: {r}" for r in again.reasons]
     return RunResult(nb=first.nb, reasons=reasons, seconds=seconds, mode=first.mode)
 
-
-def clear(course_root, assignment=None):
-    """Forget references and builds (of one assignment): the next autograde makes them again."""
-    for kind in ("reference", "builds"):
-        folder = Path(course_root) / STATE_DIR / kind
-        shutil.rmtree(folder / assignment if assignment else folder, ignore_errors=True)
