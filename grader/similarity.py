@@ -54,10 +54,14 @@ Findings are private notes for the instructor: no score changes, and feedback ne
 them; `grader export` has them in its `instructor_notes` column.
 """
 
+import atexit
 import functools
 import hashlib
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +70,13 @@ import zlib
 
 import nbformat
 import numpy as np
-from copydetect.utils import filter_code, find_fingerprint_overlap, get_copied_slices, get_token_coverage, winnow
+
+# copydetect imports matplotlib for its reports, which writes a font cache into the grader's
+# home; the grader draws nothing, so that cache goes to a folder of this process
+if "MPLCONFIGDIR" not in os.environ:
+    os.environ["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="grader-matplotlib-")
+    atexit.register(shutil.rmtree, os.environ["MPLCONFIGDIR"], True)
+from copydetect.utils import filter_code, find_fingerprint_overlap, get_copied_slices, get_token_coverage, winnow  # noqa: E402
 
 from grader import notes
 from grader.state import CourseState, write_atomic
