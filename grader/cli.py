@@ -153,6 +153,7 @@ def cmd_due(args):
     course = load_course()
     if args.date:
         _set_due(course, args.assignment, _parse_date(args.date))
+        _publish_term(course)
     with course.gradebook() as gb:
         due = gb.find_assignment(args.assignment).duedate
     print(f"{args.assignment} is due {due or 'never (not set)'}" + (" UTC" if due else ""))
@@ -167,6 +168,7 @@ def cmd_release(args):
     ensure_exchange(course.exchange_root)
     extra = Config({"ExchangeReleaseAssignment": {"force": True}}) if args.force else None
     _fail_on(course.api(extra).release_assignment(args.assignment), f"release {args.assignment}")
+    _publish_term(course)
     print(f"released {args.assignment} to {course.exchange_root}/{course.course_id}/outbound/{args.assignment}")
 
 
@@ -185,7 +187,9 @@ def cmd_autograde(args):
     from grader.autograde import autograde
     from grader.course import load_course
 
-    report = autograde(load_course(), args.assignment, jobs=args.jobs, log=log)
+    course = load_course()
+    report = autograde(course, args.assignment, jobs=args.jobs, log=log)
+    _publish_term(course)  # late days spent by this assignment
     print(f"autograded {len(report.scores)} submission(s) of {args.assignment} in "
           f"{report.seconds:.1f} s with {args.jobs} worker(s), sandbox {report.sandbox}; "
           f"{report.executed} new execution(s)")
@@ -202,9 +206,14 @@ def cmd_feedback(args):
     from grader.course import load_course
     from grader.feedback import feedback
 
-    report = feedback(load_course(), args.assignment, release=not args.no_release, log=log)
+    course = load_course()
+    report = feedback(course, args.assignment, release=not args.no_release, log=log)
     print(f"feedback for {len(report.generated)} student(s) of {args.assignment} generated"
           + (" and released" if report.released else " (not released)"))
+    if report.released:
+        from grader.scores import publish_scores
+
+        print(f"scores released to {publish_scores(course, args.assignment)} student(s) (grader score)")
 
 
 def cmd_solutions(args):
@@ -221,8 +230,82 @@ def cmd_export(args):
     from grader.course import load_course
     from grader.export import export
 
-    count = export(load_course(), args.assignment, args.to)
-    print(f"exported {count} student(s) of {args.assignment} to {args.to}")
+    count = export(load_course(), args.assignment, args.to, args.format)
+    print(f"exported {count} student(s) of {args.assignment} to {args.to} ({args.format})")
+
+
+# ---- the term: due dates, extensions, late days, regrades ---------------------------------
+
+def _publish_term(course):
+    """Students read due dates, extensions and late days from the exchange, not the gradebook."""
+    from grader.term import publish
+
+    try:
+        publish(course)
+    except OSError as err:
+        log.warning("could not publish the term to the exchange: %s", err)
+
+
+def cmd_extend(args):
+    from grader.course import load_course
+    from grader.term import extensions, format_duration, grant_extension, parse_duration
+
+    course = load_course()
+    if args.student:
+        if not args.duration:
+            raise GraderError("give the extension's length: grader extend ASSIGNMENT STUDENT 2d (0 removes it)")
+        duration = parse_duration(args.duration)
+        grant_extension(course, args.assignment, args.student, duration)
+        print(f"{args.student}: {args.assignment} extended by {format_duration(duration)}"
+              if duration else f"{args.student}: no extension on {args.assignment}")
+    found = extensions(course, args.assignment)
+    if not args.student:
+        with course.gradebook() as gb:
+            due = gb.find_assignment(args.assignment).duedate
+        for student, extension in sorted(found.items()):
+            until = f", due {due + extension} UTC" if due else ""
+            print(f"  {student:20} {format_duration(extension)}{until}")
+        print(f"{len(found)} extension(s) of {args.assignment}")
+
+
+def cmd_term(args):
+    from grader.course import load_course
+    from grader.late import LateRule
+    from grader.term import format_duration, publish, term_record
+
+    course = load_course()
+    term, students = term_record(course)
+    print(f"late work: {LateRule.from_dict(term['rule']).describe()}")
+    for name, due in term["due"].items():
+        print(f"  {name:12} due {due or 'not set'}")
+    for student, record in sorted(students.items()):
+        spent = ", ".join(f"{a} {n}" for a, n in record["late_days_used"].items()) or "none"
+        ext = ", ".join(f"{a} +{format_duration(datetime.timedelta(seconds=s))}"
+                        for a, s in record["extensions"].items()) or "none"
+        print(f"  {student:20} late days used: {spent}; left {record['late_days_left']}; extensions: {ext}")
+    print(f"published to {publish(course)}")
+
+
+def cmd_regrades(args):
+    from grader.course import load_course
+    from grader.regrade import requests, resolve
+
+    course = load_course()
+    words = list(args.words)
+    if words and words[0] == "resolve":
+        if len(words) != 2 or not args.note:
+            raise GraderError('grader regrades resolve ID --note "..." [--points N]')
+        done = resolve(course, words[1], args.note, args.points)
+        print(f"resolved {done.id} ({done.student}, {done.assignment} {done.part})"
+              + (f": {done.part} now {args.points:g} point(s)" if args.points is not None else ""))
+        return
+    found = requests(course, words[0] if words else None)
+    for r in found:
+        state = "resolved: " + r.resolution["note"] if r.resolution else "open"
+        check = "" if r.verified else " UNVERIFIED (no proof from this student's submission)"
+        print(f"  {r.id} {r.student:16} {r.assignment}:{r.part} filed {r.filed_at[:16]} by {r.filed_by}"
+              f"{check} [{state}]\n      {r.reason}")
+    print(f"{len(found)} regrade request(s), {sum(1 for r in found if not r.resolution)} open")
 
 
 def cmd_similarity(args):
@@ -248,22 +331,64 @@ def cmd_roster(args):
 
 # ---- student commands ----------------------------------------------------------------
 
+def _print_term(args):
+    from grader.student import term_status
+
+    for line in term_status(args.assignment, args.course_id, args.exchange, args.student):
+        print(f"  {line}")
+
+
 def cmd_fetch(args):
     from grader.student import fetch
 
     print(f"fetched {args.assignment} into {fetch(args.assignment, args.course_id, args.exchange, args.student)}")
+    _print_term(args)
 
 
 def cmd_submit(args):
-    from grader.student import submit
+    from grader.student import lateness, submit
 
+    late = lateness(args.assignment, args.course_id, args.exchange, args.student)
+    if late:
+        print(late)
+        if not args.yes and sys.stdin.isatty():
+            if input("submit anyway? [y/N] ").strip().lower() not in ("y", "yes"):
+                raise GraderError(f"{args.assignment} not submitted")
     who = submit(args.assignment, args.course_id, args.exchange, args.student)
     print(f"submitted {args.assignment} for {args.course_id} as {who}")
+
+
+def cmd_score(args):
+    from grader.student import my_regrades, my_score
+
+    record = my_score(args.assignment, args.course_id, args.exchange, args.student)
+    for part in record["parts"]:
+        pending = " (not graded yet)" if part["needs_manual_grade"] else ""
+        score = "-" if part["score"] is None else f"{part['score']:g}"
+        print(f"  {part['notebook']}:{part['part']:24} {score}/{part['max_score']:g}{pending}")
+    if record["late_penalty"]:
+        print(f"  late penalty: -{record['late_penalty']:g} ({record['late']})")
+    print(f"{args.assignment}: {record['score']:g}/{record['max_score']:g}")
+    for r in my_regrades(args.assignment, args.course_id, args.exchange, args.student):
+        answer = r["reply"]
+        state = (f"answered: {answer['note']}" + (f" ({answer['points']:g} point(s))" if answer.get("points")
+                                                   is not None else "")) if answer else "open"
+        print(f"  regrade request {r['id']} on {r['part']}: {state}")
+
+
+def cmd_regrade(args):
+    from grader.student import regrade
+
+    rid = regrade(args.assignment, args.part, args.reason, args.course_id, args.exchange, args.student)
+    print(f"filed regrade request {rid} on {args.assignment} part {args.part}; "
+          f"`grader score {args.assignment}` shows the answer")
 
 
 def cmd_validate(args):
     from grader.student import validate
 
+    if args.course_id:
+        _print_term(args)
     results = validate(args.assignment)
     for name, problems, found in results:
         print(f"  {name}: " + ("passes its visible tests" if not problems else f"{problems} problem(s)"))
@@ -331,8 +456,21 @@ def build_parser():
     p = command("solutions", cmd_solutions, "generate and release solutions (after the due date)")
     p.add_argument("--force", action="store_true", help="release before the due date")
     p.add_argument("--no-release", action="store_true")
-    p = command("export", cmd_export, "write the grades as CSV")
+    p = command("export", cmd_export, "write the grades as CSV, ours or an LMS's import format")
     p.add_argument("--to", required=True, help="output CSV file")
+    p.add_argument("--format", default="csv", choices=["csv", "canvas", "moodle", "gradescope"],
+                   help="csv: every part and the late policy applied; canvas, moodle, gradescope: "
+                        "the file each system's grade import reads")
+    p = command("extend", cmd_extend, "give a student an extension (none given: list the extensions)")
+    p.add_argument("student", nargs="?")
+    p.add_argument("duration", nargs="?", help="e.g. 2d, 36h, 1d12h, 90m; 0 removes it")
+    command("term", cmd_term, "show the late rule, due dates, extensions and late days, and publish them "
+            "to the students", assignment=False)
+    p = command("regrades", cmd_regrades, "list regrade requests ([ASSIGNMENT]), or answer one "
+                "(resolve ID --note TEXT [--points N])", assignment=False)
+    p.add_argument("words", nargs="*", metavar="ASSIGNMENT | resolve ID")
+    p.add_argument("--note", help="the answer the student sees")
+    p.add_argument("--points", type=float, help="the part's new score")
     command("similarity", cmd_similarity,
             "find solutions that are the package's code, a lecture's or another student's (instructor notes)")
     p = command("roster", cmd_roster, "add students from a CSV (id, first_name, last_name, email, lms_user_id)",
@@ -345,8 +483,17 @@ def build_parser():
         ("submit", cmd_submit, "submit ./ASSIGNMENT"),
         ("fetch-feedback", cmd_fetch_feedback, "fetch released feedback"),
         ("fetch-solutions", cmd_fetch_solutions, "fetch released solutions"),
+        ("score", cmd_score, "your released score of ASSIGNMENT, part by part, and your regrade requests"),
+        ("regrade", cmd_regrade, "ask for one part of ASSIGNMENT to be regraded"),
     ]:
         p = command(name, func, help)
+        if name == "submit":
+            p.add_argument("--yes", action="store_true",
+                           help="submit after the due date without asking; what it costs is still "
+                                "printed (without a terminal it is never asked)")
+        if name == "regrade":
+            p.add_argument("--part", required=True, help="the part's grade id, as `grader score` lists it")
+            p.add_argument("--reason", required=True)
         # validate works on the local copy alone; it takes the same options so that every
         # student command can be typed the same way
         p.add_argument("--course-id", required=name != "validate")

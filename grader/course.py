@@ -75,7 +75,11 @@ c.GenerateFeedback.preprocessors = {feedback_preprocessors!r}
 
 c.AssignLatePenalties.plugin_class = "grader.late.GraceLatePenalty"
 c.LatePolicy.grace_minutes = 15
+# "zero", "none", "decay" (decay_per_day per day late) or "late_days" (the term's
+# late_day_budget covers whole days first, then decay); extensions: `grader extend`
 c.LatePolicy.penalty = "zero"
+c.LatePolicy.decay_per_day = 0.1
+c.LatePolicy.late_day_budget = 0
 c.SolutionRelease.late_window_hours = 0
 c.FeedbackPolicy.reveal_hidden_tests = False
 '''

@@ -1,7 +1,10 @@
-"""`grader export ASSIGNMENT --to FILE.csv`: one row per student, one column per graded cell.
+"""`grader export ASSIGNMENT --to FILE.csv [--format csv|canvas|moodle|gradescope]`.
 
-The last column holds the instructor's private notes (copies of the package's code or of
-another student's, found by `grader similarity`), never shown to students.
+`csv` (the default) has one row per student, one column per graded cell, and what the
+late policy did: the extension, days late, late days used and left, the rule's verdict.
+Its last column holds the instructor's private notes (copies of the package's code or of
+another student's, found by `grader similarity`), never shown to students. The other
+formats are what each system imports (`grader.lms_formats`).
 
 Read from the gradebook only, so it shows manual grades and late penalties as they
 are now. Students without a submission get an empty row marked `submitted = no`.
@@ -10,11 +13,14 @@ are now. Students without a submission get an empty row marked `submitted = no`.
 import csv
 from pathlib import Path
 
-from grader import GraderError, notes
+from grader import GraderError, lms_formats, notes
+from grader.late import LateRule, assess, late_days_spent
+from grader.settings import LatePolicy, LmsExport
 
 FIXED = ["student_id", "lms_user_id", "first_name", "last_name", "email", "submitted",
-         "timestamp", "seconds_late"]
-TOTALS = ["raw_score", "late_penalty", "score", "max_score", "needs_manual_grade", "instructor_notes"]
+         "timestamp", "seconds_late", "extension", "days_late", "late_days_used", "late_days_left"]
+TOTALS = ["raw_score", "late_penalty", "score", "max_score", "needs_manual_grade", "late_policy",
+          "instructor_notes"]
 
 
 def _num(value):
@@ -25,6 +31,7 @@ def export_rows(course, assignment):
     """(header, rows) of the grades of `assignment`."""
     from nbgrader.api import MissingEntry
 
+    rule = LateRule.of(course.section(LatePolicy))
     with course.gradebook() as gb:
         try:
             found = gb.find_assignment(assignment)
@@ -41,9 +48,21 @@ def export_rows(course, assignment):
             try:
                 sub = gb.find_submission(assignment, student.id)
             except MissingEntry:
+                sub = None
+            if sub is not None and sub.extension:
+                from grader.term import format_duration
+
+                row.update(extension=format_duration(sub.extension))
+            # an extension granted before submitting is a submission without a timestamp
+            if sub is None or (sub.timestamp is None and not course.path("submitted", student.id, assignment).is_dir()):
                 row.update(submitted="no")
                 rows.append(row)
                 continue
+            cost = assess(gb, rule, assignment, student.id)
+            spent = sum(late_days_spent(gb, rule, student.id).values())
+            row.update(days_late=str(cost.days_late), late_days_used=str(cost.late_days_used),
+                       late_days_left=str(max(0, rule.late_day_budget - spent)) if rule.penalty == "late_days" else "",
+                       late_policy=cost.describe())
             scores = {(nb.name, grade.name): grade.score for nb in sub.notebooks for grade in nb.grades}
             row.update(
                 submitted="yes", timestamp=str(sub.timestamp or ""), seconds_late=_num(sub.total_seconds_late),
@@ -57,15 +76,33 @@ def export_rows(course, assignment):
     return header, rows
 
 
-def export(course, assignment, to) -> int:
+def export(course, assignment, to, fmt="csv") -> int:
+    if fmt not in lms_formats.FORMATS:
+        raise GraderError(f"unknown format {fmt!r}; one of {', '.join(lms_formats.FORMATS)}")
     header, rows = export_rows(course, assignment)
     path = Path(to)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=header)
-        writer.writeheader()
-        writer.writerows(rows)
+        if fmt == "csv":
+            writer = csv.DictWriter(fh, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+        else:
+            csv.writer(fh).writerows(lms_rows(course, assignment, rows, fmt))
     return len(rows)
+
+
+def lms_rows(course, assignment, rows, fmt) -> list:
+    with course.gradebook() as gb:
+        max_score = gb.find_assignment(assignment).max_score
+    students = [{"student_id": r["student_id"], "lms_user_id": r["lms_user_id"], "first_name": r["first_name"],
+                 "last_name": r["last_name"], "email": r["email"],
+                 "score": float(r["score"]) if r.get("submitted") == "yes" and r.get("score") != "" else None}
+                for r in rows]
+    if fmt == "canvas":
+        canvas_id = course.section(LmsExport).canvas_assignment_ids.get(assignment)
+        return lms_formats.canvas(assignment, max_score, students, canvas_id)
+    return getattr(lms_formats, fmt)(assignment, max_score, students)
 
 
 def import_roster(course, roster) -> int:

@@ -4,7 +4,7 @@ They are traitlets sections like nbgrader's own, so one config file holds both:
 `c.Sandbox.memory_mb = 2048` sits beside `c.Execute.timeout = 60`.
 """
 
-from traitlets import Bool, Enum, Float, Integer, List, Unicode
+from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
 from traitlets.config import Configurable
 
 
@@ -51,7 +51,17 @@ class LatePolicy(Configurable):
 
     grace_minutes = Float(0.0, help="Submissions this late are not penalised.").tag(config=True)
     penalty = Enum(
-        ["zero", "none"], "zero", help="'zero': a late notebook scores 0; 'none': only reported.",
+        ["zero", "none", "decay", "late_days"], "zero",
+        help="'zero': a late notebook scores 0; 'none': only reported; 'decay': decay_per_day of "
+             "the score is lost for each day or part of a day late; 'late_days': the student's "
+             "late days (late_day_budget for the term) cover whole days first, then decay.",
+    ).tag(config=True)
+    decay_per_day = Float(
+        0.1, help="Share of the score lost per day late under 'decay' and 'late_days' (1.0: zero).",
+    ).tag(config=True)
+    late_day_budget = Integer(
+        0, help="Late days each student may spend across the term under 'late_days', "
+                "in the order of the assignments' due dates.",
     ).tag(config=True)
     clock_tolerance_seconds = Integer(
         120,
@@ -70,4 +80,14 @@ class SolutionRelease(Configurable):
 class FeedbackPolicy(Configurable):
     reveal_hidden_tests = Bool(
         False, help="Show the source of hidden tests in feedback (off: only their result).",
+    ).tag(config=True)
+
+
+class LmsExport(Configurable):
+    """What the learning management systems need beyond the gradebook."""
+
+    canvas_assignment_ids = Dict(
+        value_trait=Integer(), default_value={},
+        help="Canvas's id of each assignment ({'hw1': 12345}): the column is then 'hw1 (12345)', "
+             "which Canvas matches to that assignment instead of creating a new one.",
     ).tag(config=True)

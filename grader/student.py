@@ -1,5 +1,7 @@
 """The student commands, run in the student's own directory: nbgrader's exchange clients
-(fetch, submit, fetch-feedback, fetch-solutions) and its validator.
+(fetch, submit, fetch-feedback, fetch-solutions) and its validator, with the term the
+instructor published (due date in the student's zone, extension, late days: `grader.term`),
+the student's released score and regrade requests.
 """
 
 import getpass
@@ -78,3 +80,50 @@ def validate(assignment) -> list:
             len(found.get("type_changed", []))
         results.append((path.name, problems, found))
     return results
+
+
+def _where(course_id, exchange=None, student=None):
+    """(exchange root, nbgrader's local cache, student) as the exchange clients see them."""
+    from nbgrader.exchange.default.exchange import Exchange
+
+    cfg = student_config(course_id, exchange, student or getpass.getuser())
+    return cfg.Exchange.root, Exchange(config=cfg).cache, cfg.CourseDirectory.student_id
+
+
+def term_status(assignment, course_id, exchange=None, student=None) -> list:
+    """Lines about `assignment`'s due date, this student's extension and late days; [] if
+    the course published no term."""
+    from grader.term import read_term, status_lines
+
+    root, _, who = _where(course_id, exchange, student)
+    return status_lines(read_term(course_id, root, who), assignment)
+
+
+def lateness(assignment, course_id, exchange=None, student=None, now=None):
+    """What submitting now costs, as a sentence, or None when it is on time."""
+    from grader.term import read_term, submission_cost
+
+    root, _, who = _where(course_id, exchange, student)
+    found = submission_cost(read_term(course_id, root, who), assignment, now)
+    return found[1] if found else None
+
+
+def my_score(assignment, course_id, exchange=None, student=None) -> dict:
+    from grader.scores import my_score as released
+
+    root, cache, who = _where(course_id, exchange, student)
+    return released(cache, course_id, root, assignment, who)
+
+
+def regrade(assignment, part, reason, course_id, exchange=None, student=None) -> str:
+    from grader.regrade import file_request
+
+    root, cache, who = _where(course_id, exchange, student)
+    return file_request(cache, course_id, root, who, assignment, part, reason)
+
+
+def my_regrades(assignment, course_id, exchange=None, student=None) -> list:
+    from grader.regrade import my_requests
+
+    root, cache, _ = _where(course_id, exchange, student)
+    return my_requests(cache, course_id, root, assignment)
