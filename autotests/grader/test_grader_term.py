@@ -8,6 +8,7 @@ from release to a resolved regrade request.
 
 import csv
 import datetime
+import io
 import os
 import stat
 import sys
@@ -181,6 +182,17 @@ def test_a_term_through_the_command_line(tmp_path, monkeypatch):
         from simulated_class import solved
         nbformat.write(solved(nb), str(students[name][0] / "ps1" / "ps1.ipynb"))
     assert "late" not in student("ada", "submit", "ps1").stdout  # inside her extension
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))  # at a terminal, a late submit asks first
+    declined = grader_inprocess(["submit", "ps1", "--course-id", "c1", "--exchange", exchange, "--student", "bob"],
+                                *students["bob"], check=False)
+    assert declined.returncode == 1 and "ps1 not submitted" in declined.stderr
+    assert not list((exchange / "c1" / "inbound").glob("bob+*"))
+    assert student("bob", "submit", "ps1", "--yes").returncode == 0  # --yes: no question
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
     submitted = student("bob", "submit", "ps1").stdout  # not a terminal: it goes, and says so first
     assert "this submission is 3h late: 1 day(s) late: 1 late day(s) used, no penalty (1 late day(s) left after it)" \
         in submitted and submitted.index("late") < submitted.index("submitted ps1")
