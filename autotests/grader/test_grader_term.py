@@ -15,7 +15,6 @@ import sys
 
 import nbformat
 import pytest
-from traitlets.config import Config
 
 from grader_testkit import FIXTURES, REPO, grader, grader_inprocess
 
