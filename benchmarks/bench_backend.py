@@ -8,6 +8,7 @@ per call), with the ratio against numpy measured in the same run:
     python benchmarks/bench_backend.py --quick      # smaller sizes, fewer repeats
     python benchmarks/bench_backend.py --sizes 512,1024 --threads 2
     python benchmarks/bench_backend.py --only conv    # the rows whose name contains "conv"
+    python benchmarks/bench_backend.py --cuda-only --sizes 1024,2048   # the GPU rows alone
 
 Every timing is the best of several repeats after a warm-up call. All numpy
 timings of a case run before all OpenMP timings of that case, with a pause
@@ -390,13 +391,16 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="OpenMP threads (default: the backend's default)")
     p.add_argument("--repeats", type=int, default=0, help="timed calls per kernel (default 10, quick 3)")
     p.add_argument("--no-cuda", action="store_true", help="skip the CUDA rows")
+    p.add_argument("--cuda-only", action="store_true", help="only the CUDA rows (matmul sizes: --sizes, plus 4096 "
+                   "unless --quick)")
     p.add_argument("--only", nargs="+", help="run only the CPU rows whose name contains one of these words")
     args = p.parse_args(argv)
     args.sizes = args.sizes or ([256, 512, 1024] if args.quick else [256, 512, 1024, 2048])
     args.repeats = args.repeats or (3 if args.quick else 10)
     args.elements = (1 << 22) if args.quick else (1 << 24)
     args.reduce = 2048 if args.quick else 4096
-    run_cpu(args)
+    if not args.cuda_only:
+        run_cpu(args)
     if not args.no_cuda:
         run_cuda(args)
 

@@ -33,6 +33,11 @@ backward together), in each backend kernel, and the Python functions with the
 most own time.
 
     python benchmarks/bench_models.py [--threads N] [--repeat R] [--profile] [--only ROW ...]
+    python benchmarks/bench_models.py --device cuda --only resnet9 mlp   # on the GPU, against PyTorch CUDA
+
+``--device cuda`` runs the ResNet9 and MLPResNet rows on ``cuda()`` against PyTorch on the same
+GPU (each timed call ends with both libraries' device synchronised); the other rows exist on the
+CPU only and are skipped.
 
 Both libraries run in this one process, each with its own OpenMP runtime
 (torch ships its own libgomp). By default an OpenMP thread keeps spinning
@@ -97,13 +102,26 @@ def get_threads():
 # ---------------------------------------------------------------- MLPResNet epoch
 
 
-def ndl_mlp_epoch(X, y, seed=4):
+def ndl_sync(device):
+    """Wait for the kernels launched on ``device`` (a GPU runs them asynchronously)."""
+    sync = getattr(getattr(device, "mod", None), "synchronize", None)
+    if sync is not None:
+        sync()
+
+
+def torch_sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def ndl_mlp_epoch(X, y, seed=4, device=None):
     np.random.seed(seed)
-    model = mlp_resnet.MLPResNet(784, hidden_dim=100)
+    model = mlp_resnet.MLPResNet(784, hidden_dim=100, device=device)
     opt = ndl.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
-    loader = ndl.data.DataLoader(ndl.data.NDArrayDataset(X, y), batch_size=100, shuffle=True)
+    loader = ndl.data.DataLoader(ndl.data.NDArrayDataset(X, y), batch_size=100, shuffle=True, device=device)
     start = time.perf_counter()
     err, loss = mlp_resnet.epoch(loader, model, opt)
+    ndl_sync(device)
     return time.perf_counter() - start, err
 
 
@@ -126,26 +144,28 @@ def torch_mlp_resnet():
     return nn.Sequential(nn.Linear(784, 100), nn.ReLU(), *[block(100, 50) for _ in range(3)], nn.Linear(100, 10))
 
 
-def torch_mlp_epoch(X, y, seed=4):
+def torch_mlp_epoch(X, y, seed=4, device="cpu"):
     torch.manual_seed(seed)
     np.random.seed(seed)
-    model = torch_mlp_resnet()
+    model = torch_mlp_resnet().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()
+    # the data starts in host memory, as needle's loader's does: each batch is copied to the device
     Xt, yt = torch.from_numpy(X), torch.from_numpy(y.astype(np.int64))
     errors = 0
     start = time.perf_counter()
     order = np.random.permutation(len(X))
     for i in range(0, len(X), 100):
         idx = torch.from_numpy(order[i:i + 100])
-        xb, yb = Xt[idx], yt[idx]
+        xb, yb = Xt[idx].to(device), yt[idx].to(device)
         out = model(xb)
         loss = loss_fn(out, yb)
         opt.zero_grad()
         loss.backward()
         opt.step()
         errors += int((out.argmax(1) != yb).sum())
+    torch_sync(device)
     return time.perf_counter() - start, errors / len(X)
 
 
@@ -182,13 +202,14 @@ def cifar_batch(n=128):
 class ResNet9Step:
     """One call: forward, backward and (with ``optimize``) an Adam step; returns seconds."""
 
-    def __init__(self, x, y, optimize):
+    def __init__(self, x, y, optimize, device=None):
         np.random.seed(0)
-        self.model = ResNet9()
+        self.device = device
+        self.model = ResNet9(device=device)
         self.model.train()
         self.opt = ndl.optim.Adam(self.model.parameters(), lr=1e-3) if optimize else None
         self.loss = ndl.nn.SoftmaxLoss()
-        self.x, self.y = ndl.Tensor(x, requires_grad=False), y
+        self.x, self.y = ndl.Tensor(x, device=device, requires_grad=False), y
 
     def __call__(self):
         start = time.perf_counter()
@@ -200,16 +221,18 @@ class ResNet9Step:
             for p in self.model.parameters():
                 p.grad = None
             self.model(self.x).sum().backward(create_graph=False)
+        ndl_sync(self.device)
         return time.perf_counter() - start
 
 
 class TorchResNet9Step:
-    def __init__(self, x, y, optimize):
+    def __init__(self, x, y, optimize, device="cpu"):
         torch.manual_seed(0)
-        self.model = torch_resnet9()
+        self.device = device
+        self.model = torch_resnet9().to(device)
         self.model.train()
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3) if optimize else None
-        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+        self.x, self.y = torch.from_numpy(x).to(device), torch.from_numpy(y.astype(np.int64)).to(device)
 
     def __call__(self):
         start = time.perf_counter()
@@ -219,6 +242,7 @@ class TorchResNet9Step:
             self.opt.step()
         else:
             self.model(self.x).sum().backward()
+        torch_sync(self.device)
         return time.perf_counter() - start
 
 
@@ -597,6 +621,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="rows to run (default: all)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the resnet9 and mlp rows run (cuda: against PyTorch CUDA, the other rows skipped)")
     ap.add_argument("--memory-probe", choices=["ndl", "torch"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     threads = args.threads or get_threads()
@@ -604,7 +630,22 @@ def main(argv=None):
         memory_probe(args.memory_probe, threads)
         return 0
     set_threads(threads)
-    print(f"device {ndl.default_device()}, threads {threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+    global torch
+    device, torch_device = None, "cpu"
+    if args.device == "cuda":
+        device = ndl.cuda()
+        if not device.enabled():
+            print(f"cuda() is not available here ({device.reason}): no rows to run")
+            return 0
+        torch_device = "cuda"
+        if torch is not None and not torch.cuda.is_available():
+            print("PyTorch sees no CUDA device: the reference columns are skipped")
+            torch = None
+        skipped = [r for r in args.only if r not in ("resnet9", "mlp")]
+        if skipped:
+            print(f"--device cuda: rows {' '.join(skipped)} run on the CPU only; skipped")
+            args.only = [r for r in args.only if r in ("resnet9", "mlp")]
+    print(f"device {device or ndl.default_device()}, threads {threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
           f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}, "
           f"torch {torch.__version__ if torch else 'not installed'}")
     rows = []
@@ -623,18 +664,19 @@ def main(argv=None):
 
     if "resnet9" in args.only:
         x, y = cifar_batch()
-        row("ResNet9 fwd+bwd, batch 128", ResNet9Step(x, y, False),
-            TorchResNet9Step(x, y, False) if torch else None)
-        row("ResNet9 training step (Adam), batch 128", ResNet9Step(x, y, True),
-            TorchResNet9Step(x, y, True) if torch else None)
+        row("ResNet9 fwd+bwd, batch 128", ResNet9Step(x, y, False, device),
+            TorchResNet9Step(x, y, False, torch_device) if torch else None)
+        row("ResNet9 training step (Adam), batch 128", ResNet9Step(x, y, True, device),
+            TorchResNet9Step(x, y, True, torch_device) if torch else None)
 
     if "mlp" in args.only:
         X, y, _, _ = ndl.data.load_mnist_split(8000, 2000, root=data_root())
-        ndl_mlp_epoch(X[:1000], y[:1000])  # warm-up
+        ndl_mlp_epoch(X[:1000], y[:1000], device=device)  # warm-up
         if torch is not None:
-            torch_mlp_epoch(X[:1000], y[:1000])
-        row("MLPResNet epoch, 8000 MNIST, batch 100", lambda: ndl_mlp_epoch(X, y)[0],
-            (lambda: torch_mlp_epoch(X, y)[0]) if torch else None, repeat=min(args.repeat, 3), warm=False)
+            torch_mlp_epoch(X[:1000], y[:1000], device=torch_device)
+        row("MLPResNet epoch, 8000 MNIST, batch 100", lambda: ndl_mlp_epoch(X, y, device=device)[0],
+            (lambda: torch_mlp_epoch(X, y, device=torch_device)[0]) if torch else None,
+            repeat=min(args.repeat, 3), warm=False)
 
     if "lstm" in args.only:
         x, y = token_batch(BPTT, BATCH)
