@@ -3,7 +3,7 @@
 #   make test   create .venv, build the kernels, run the whole test suite
 #   make hub    (optional) serve the course to a class: JupyterHub + nbgrader, see hub/launch.py
 #   make hub-users  (root) a real class's accounts, passwords, course and assignments, see hub/users.py
-# Variables: PORT=8888 (HUB_PORT=8000, ROSTER=hub/roster.csv, COURSE=dlsys, ASSIGNMENTS=all for the hub), PYTHON=python3, JOBS=2 (pytest workers), NK_NATIVE=1 (build with
+# Variables: PORT=8888 (HUB_PORT=8000, ROSTER=hub/roster.csv, COURSE=dlsys, ASSIGNMENTS=all, DATA=$NEEDLE_DATA_DIR for the hub), PYTHON=python3, JOBS=2 (pytest workers), NK_NATIVE=1 (build with
 # -march=native), TORCH=auto|1|0: PyTorch is an optional test reference; `auto` installs the
 # small CPU build (torch==2.13.0+cpu) only where a package index or wheel folder offers it,
 # `1` installs torch==2.13.0 from any index (large), `0` never.
@@ -42,11 +42,16 @@ lab: setup
 	@$(if $(ALLOW_ROOT),echo "running as root: JupyterLab is started with --allow-root",true)
 	cd course && $(abspath $(BIN))/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(OPEN_BROWSER) $(ALLOW_ROOT)
 
+# HUB_STATE, HUB_EXCHANGE: the hub's files and nbgrader's exchange, when not the defaults
+# (/srv/nbgrader/hub and /srv/nbgrader/exchange with system accounts)
+HUB_PATHS = $(if $(HUB_STATE),--state $(HUB_STATE)) $(if $(HUB_EXCHANGE),--exchange $(HUB_EXCHANGE))
+
 hub: setup
-	$(BIN)/python hub/launch.py --roster $(ROSTER) --course $(COURSE) --port $(HUB_PORT)
+	$(BIN)/python hub/launch.py --roster $(ROSTER) --course $(COURSE) --port $(HUB_PORT) $(HUB_PATHS)
 
 hub-users: setup
-	$(BIN)/python hub/users.py --roster $(ROSTER) --course $(COURSE) --assignments $(ASSIGNMENTS)
+	$(BIN)/python hub/users.py --roster $(ROSTER) --course $(COURSE) --assignments $(ASSIGNMENTS) \
+		$(HUB_PATHS) $(if $(DATA),--data $(DATA))
 
 test: setup
 	@bash scripts/install_system_deps.sh

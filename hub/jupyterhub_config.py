@@ -73,6 +73,9 @@ c.Spawner.environment = {
     "NK_LECTURES_REPO": settings["lectures_repo"], "NK_LECTURES_DIR": os.path.join(course, "lectures"),
     "NK_HUB_GITCONFIG": settings["gitconfig"],
 }
+if settings.get("data_dir"):
+    # the lectures' MNIST, PTB and CIFAR-10, in a folder every account can read
+    c.Spawner.environment["NEEDLE_DATA_DIR"] = settings["data_dir"]
 if os.geteuid() == 0 and single:
     # single-account mode run by root: the servers are root's too (JupyterLab refuses that
     # without this flag); the printed warning says students are not isolated

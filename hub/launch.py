@@ -16,6 +16,9 @@ Two modes, chosen by `auto`:
   and nbgrader files submissions under the hub login (`JUPYTERHUB_USER`), not under
   the one system account.
 
+Every server's NEEDLE_DATA_DIR is STATE/data, the copy of the data sets `make hub-users`
+makes readable by every account, or else the hub's own NEEDLE_DATA_DIR.
+
 Every start (and `--prepare-only`) publishes course/lectures as a git repository in the
 state folder, which each user's server pulls into ~/COURSE/lectures when it starts
 (`hub/singleuser.py`, nbgitpuller), and turns JupyterLab's news and update checks off in
@@ -225,6 +228,10 @@ def prepare(opts) -> dict:
     private_file(state / "jupyterhub.sqlite")
     lectures = publish_lectures(state)
     lab_overrides()
+    # the data the lectures read: the copy `make hub-users --data` shares with every
+    # account, else the hub's own NEEDLE_DATA_DIR (single-account mode reads it as is)
+    data = state / "data"
+    data_dir = str(data) if data.is_dir() else os.environ.get("NEEDLE_DATA_DIR", "")
     settings = {
         "mode": mode, "note": note, "course": opts.course, "course_dir": str(course_dir),
         "exchange": str(exchange), "state": str(state), "ip": opts.ip, "port": opts.port,
@@ -234,6 +241,7 @@ def prepare(opts) -> dict:
         "bin": str(Path(sys.executable).parent), "python": sys.executable, "config_dir": str(config_dir),
         "repo": str(REPO), "lectures_repo": str(lectures), "gitconfig": str(state / "gitconfig"),
         "culler_token": culler_token.read_text().strip(), "cull_idle": opts.cull_idle,
+        "data_dir": data_dir,
     }
     if mode == "single":
         users = roles["instructor"] + roles["ta"] + roles["student"]

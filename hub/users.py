@@ -2,6 +2,7 @@
 
     sudo python hub/users.py [--roster hub/roster.csv] [--course dlsys]
                              [--assignments all|none|hw0,hw1,...] [--state DIR] [--exchange DIR]
+                             [--data DIR]
 
 Run again after the roster grows: only what is missing is made, nothing else is touched.
 - an account for every roster member who has none, with a random password appended to
@@ -12,10 +13,17 @@ Run again after the roster grows: only what is missing is made, nothing else is 
 - the exchange (default /srv/nbgrader/exchange), mode 1777 as nbgrader requires: students
   drop submissions into it, the sticky bit keeps them from removing one another's;
 - the course folder in the grader account's home, made by `grader init` as that account,
-  whose sandbox shows `needle_kernels` and `coursekit` to the notebooks it grades;
-- every assignment of course/assignments/ not yet in the course's source/: copied there and
-  generated (`grader generate`, which proves that the solution earns every point and the
-  release none, in the grading sandbox), so the formgrader lists it ready to release;
+  whose sandbox shows `needle_kernels` and `coursekit` to the notebooks it grades, and
+  the roster's students in its gradebook with their names (`grader roster`);
+- every assignment of course/assignments/ not yet in the course's source/: copied there, so
+  the formgrader lists the whole course; those chosen by --assignments (default all) are
+  generated too (`grader generate`, which proves that the solution earns every point and
+  the release none, in the grading sandbox) and listed ready to release; the instructor
+  generates the others from the formgrader when they are due;
+- the data the lectures read (MNIST, PTB, CIFAR-10): --data DIR (default
+  $NEEDLE_DATA_DIR) copied to STATE/data, readable by every account and writable by
+  none; `make hub` points each server's NEEDLE_DATA_DIR at it. Without it the lectures
+  fall back to synthetic images and say so;
 - the checkout's copies of what students must not read, closed to other accounts: the
   source notebooks (solutions, hidden tests) in course/assignments and the git history that
   holds them (.git). The rest of the checkout stays readable: every account runs its
@@ -26,6 +34,7 @@ cannot live in a folder only root can enter (such as /root): this is checked fir
 """
 
 import argparse
+import csv
 import os
 import pwd
 import secrets
@@ -142,6 +151,27 @@ def add_release_pipeline(course_dir):
             fh.write(RELEASE_PIPELINE.format(course=str(REPO / "course")))
 
 
+def add_students(account, course_dir, rows) -> int:
+    """The roster's students in the course's gradebook, with their names and emails:
+    nbgrader would otherwise add each at their first submission, with no name."""
+    students = [r for r in rows if r["role"] == "student"]
+    if not students:
+        return 0
+    entry = pwd.getpwnam(account)
+    listing = Path(grader_tmp(account)) / "roster.csv"
+    with open(listing, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["id", "first_name", "last_name", "email"])
+        out.writerows([r["username"], r.get("first_name", ""), r.get("last_name", ""), r.get("email", "")]
+                      for r in students)
+    os.chown(listing, entry.pw_uid, entry.pw_gid)
+    done = as_account(account, ["roster", listing], course_dir)
+    listing.unlink()
+    if done.returncode != 0:
+        raise SystemExit(f"grader roster failed as {account}:\n{done.stdout}{done.stderr}")
+    return len(students)
+
+
 def chosen_assignments(spec) -> list:
     available = sorted(p.name for p in ASSIGNMENTS.iterdir() if (p / f"{p.name}.ipynb").exists())
     if spec == "all":
@@ -155,17 +185,26 @@ def chosen_assignments(spec) -> list:
     return wanted
 
 
-def add_assignments(account, course_dir, names) -> list:
-    """Copy and generate each assignment not yet in the course; returns the problems."""
+def copy_sources(account, course_dir) -> list:
+    """Every assignment of the checkout not yet in the course's source/, copied there (an
+    instructor's edits of one already there are kept); returns those copied."""
     uid = pwd.getpwnam(account).pw_uid
     gid = pwd.getpwnam(account).pw_gid
-    problems, new = [], [n for n in names if not (course_dir / "release" / n).is_dir()]
-    for i, name in enumerate(new, 1):
+    copied = []
+    for name in chosen_assignments("all"):
         target = course_dir / "source" / name
         if not target.exists():
             shutil.copytree(ASSIGNMENTS / name, target, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-            for path in [target, *target.rglob("*")]:
+            for path in [target.parent, target, *target.rglob("*")]:
                 os.chown(path, uid, gid)
+            copied.append(name)
+    return copied
+
+
+def add_assignments(account, course_dir, names) -> list:
+    """Generate each of `names` not yet released in the course; returns the problems."""
+    problems, new = [], [n for n in names if not (course_dir / "release" / n).is_dir()]
+    for i, name in enumerate(new, 1):
         print(f"  [{i}/{len(new)}] generating {name} (its solution and release run in the sandbox) ...",
               flush=True)
         start = time.monotonic()
@@ -180,6 +219,31 @@ def add_assignments(account, course_dir, names) -> list:
             print(f"  [{i}/{len(new)}] {name} FAILED ({took:.0f} s): {(done.stderr or done.stdout).strip()}",
                   flush=True)
     return problems
+
+
+def share_data(source, target: Path) -> list:
+    """The data sets of `source` copied into `target` (files missing there only), folders
+    0755 and files 0644 owned by root: every account reads them, none changes them for the
+    others. Returns the data sets copied."""
+    source = Path(source).expanduser()
+    if not source.is_dir():
+        raise SystemExit(f"--data {source}: no such folder (fetch the data first: "
+                         "python -m needle_kernels.data.download mnist --dir FOLDER)")
+    copied = []
+    for entry in sorted(source.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if not (target / entry.name).exists():
+            copied.append(entry.name)
+        if entry.is_dir():
+            shutil.copytree(entry, target / entry.name, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(entry, target / entry.name)
+    for path in [target, *target.rglob("*")]:
+        os.chown(path, 0, 0)
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return copied
 
 
 def close_secrets() -> list:
@@ -199,6 +263,9 @@ def main(argv=None):
                         help="which of course/assignments/ to add: all (default), none, or a comma list")
     parser.add_argument("--state", default=SYSTEM_STATE, help="the hub's own files (initial passwords)")
     parser.add_argument("--exchange", default=SYSTEM_EXCHANGE)
+    parser.add_argument("--data", default=os.environ.get("NEEDLE_DATA_DIR") or None,
+                        help="the data sets the lectures read, copied to STATE/data for every account "
+                             "(default $NEEDLE_DATA_DIR)")
     opts = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("creating system accounts needs root: sudo make hub-users")
@@ -211,7 +278,7 @@ def main(argv=None):
             raise SystemExit(f"{blocked} keeps other accounts from reading {needed}; make the checkout's "
                              ".venv from a Python every account can run (e.g. `make setup "
                              "PYTHON=/usr/bin/python3`) in a folder every account can read (e.g. /opt/dlsys)")
-    roles, _ = read_roster(opts.roster)
+    roles, rows = read_roster(opts.roster)
     state = Path(opts.state)
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o711)
@@ -233,10 +300,25 @@ def main(argv=None):
     made = ensure_course(grader_account, course_dir, opts.course, exchange)
     print(f"course folder: {course_dir} ({'made' if made else 'kept'}, owned by {grader_account}); "
           f"exchange: {exchange} (mode 1777)")
+    print(f"gradebook: {add_students(grader_account, course_dir, rows)} student(s) of the roster, with their names")
     names = chosen_assignments(opts.assignments)
+    copied = copy_sources(grader_account, course_dir)
+    if copied:
+        print(f"assignments added to the course's source/: {', '.join(copied)}")
     problems = add_assignments(grader_account, course_dir, names)
-    ready = sorted(p.name for p in (course_dir / "release").iterdir() if p.is_dir())
+    release = course_dir / "release"
+    ready = sorted(p.name for p in release.iterdir() if p.is_dir()) if release.is_dir() else []
+    waiting = sorted(p.name for p in (course_dir / "source").iterdir() if p.is_dir() and p.name not in ready)
     print(f"assignments ready to release in the formgrader: {', '.join(ready) or 'none'}")
+    if waiting:
+        print(f"listed in the formgrader, to generate there (Generate) when due: {', '.join(waiting)}")
+    if opts.data:
+        shared = share_data(opts.data, state / "data")
+        print(f"data for every account: {state / 'data'} ({', '.join(shared) or 'up to date'}; "
+              "each server's NEEDLE_DATA_DIR)")
+    else:
+        print("no --data (nor NEEDLE_DATA_DIR): lectures will train on synthetic images; "
+              "`make hub-users DATA=FOLDER` shares a folder holding mnist/ (and ptb/, cifar-10-batches-py/)")
     closed = close_secrets()
     if closed:
         print(f"closed to other accounts (source notebooks and history): {', '.join(closed)}")
