@@ -26,7 +26,9 @@ index loops every solution shares) for one of
   than two students) share is a common solution, not a copy, and is only counted.
 
 Own code is what the student added. The fingerprints of every code cell of the release notebook
-(the scaffolding, skeletons and stubs every student receives) are copydetect's *boilerplate*, and
+(the scaffolding, skeletons and stubs every student receives) and of the code its text spells out
+(``self.attn = nn.AttentionLayer(...)``, which every student following the text writes) are
+copydetect's *boilerplate*, and
 so are the k-grams found in more than ``IDIOM`` of the package's definitions (the idioms any
 solution in this library writes); both are removed before comparing. A unit with fewer than
 ``MIN_OWN`` filtered characters of own code is too small to say anything (``return a / b`` is
@@ -432,6 +434,22 @@ def code_cells(nb):
     return [c.source for c in nb.cells if c.cell_type == "code"]
 
 
+_CODE_SPAN = re.compile(r"```[^\n]*\n(.*?)```|`([^`\n]+)`", re.S)
+
+
+def given_code(nb):
+    """What every student of ``nb`` is given: its code cells, and the code its text spells out (each
+    inline span and fenced block alone, and each cell's spans in their order, as a student following
+    "build, in this order, ``self.attn = ...``, ``self.dropout = ...``" writes them)."""
+    out = code_cells(nb)
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        spans = [a or b for a, b in _CODE_SPAN.findall(cell.source)]
+        out += spans + ["\n".join(spans)] if spans else []
+    return out
+
+
 def units_of(cells, boilerplate):
     """[(grade_id, name, fingerprint)] of the solution cells ``cells`` ({grade_id: source}): each
     top-level definition, and each kernel of the CUDA sources it holds on its own."""
@@ -480,7 +498,7 @@ def _release_code(course, assignment):
     for nb_path in sorted(course.path("release", assignment).glob("*.ipynb")):
         nb = nbformat.read(str(nb_path), as_version=4)
         release.update({(nb_path.name, gid): src for gid, src in solution_cells(nb).items()})
-        code += code_cells(nb)
+        code += given_code(nb)
     return release, code
 
 

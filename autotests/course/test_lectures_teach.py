@@ -23,7 +23,7 @@ def solutions_in_lectures(lectures=LECTURES):
     found = {}
     cells = sim.lecture_cells(lectures)
     for aid in assignment_ids():
-        comparison = sim.Comparison(sim.code_cells(submissions.release_notebook(aid)), lectures=lectures)
+        comparison = sim.Comparison(sim.given_code(submissions.release_notebook(aid)), lectures=lectures)
         comparison.add_student("solution", submissions.instructor(aid))
         for gid, name, fp in comparison.units["solution"]:
             for percent, label, _ in comparison.lectures.matches(fp):

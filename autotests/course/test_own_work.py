@@ -21,6 +21,7 @@ variables, two students with the same distinctive code, and an honest different 
 
 These read the notebooks, so an assignment added later is proven by the same tests.
 """
+import csv
 import datetime
 import inspect
 import io
@@ -44,6 +45,13 @@ sys.path.insert(0, str(REPO / "autotests"))
 from figures import report_figure  # noqa: E402
 
 from grader.similarity import declared_parts, definitions  # noqa: E402
+
+sys.path.insert(0, str(REPO / "autotests" / "grader" / "fixtures"))
+from submissions import fixtures as _fixtures, load as load_fixture, submission as fixture_submission  # noqa: E402
+
+
+def honest_fixtures(aid):
+    return _fixtures("honest", aid)
 
 IDS = assignment_ids()
 PACKAGE = "needle_kernels"
@@ -269,6 +277,9 @@ def variants(aid, release):
         # the rest of a class of 30, handing in the instructor's solution
         for i in range(30 - len(out)):
             out[f"student_{i:02d}"] = src
+    # solutions written independently of the instructor's, as different students write them
+    for name, path in honest_fixtures(aid).items():
+        out[f"honest_{name.split('_', 1)[1]}"] = fixture_submission(aid, load_fixture(path))
     return out
 
 
@@ -423,3 +434,19 @@ def test_similarity_notes(graded):
     assert "overlaps" in rows["twin_a"] and "twin_b's" in rows["twin_a"]
     assert "Summation" not in rows["honest_c"]
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aid", IDS)
+def test_honest_solutions_earn_the_points_of_what_they_write_and_no_note(aid, graded):
+    names = honest_fixtures(aid)
+    assert names, f"{aid}: write an honest solution under autotests/grader/fixtures/honest/ ({aid}_NAME.py)"
+    result = graded(aid)
+    expected = points(aid)
+    rows = {row["student_id"]: row for row in csv.DictReader(io.StringIO(result["export"]))}
+    for name, path in names.items():
+        student = f"honest_{name.split('_', 1)[1]}"
+        written = {task_of(g) for g in load_fixture(path)}
+        got = cells_of(result["scores"], student)
+        want = {g: p for g, p in expected.items() if task_of(g) in written}
+        assert {g: got[g] for g in want} == want, f"{aid}: {student} earns {got}\n{result['errors'].get(student)}"
+        assert not rows[student]["instructor_notes"], f"{student} has instructor notes: {rows[student]}"

@@ -207,7 +207,7 @@ def figures():
     rows = []
     copies = set(submissions.fixtures("copies"))
     for aid in assignments():
-        comparison = sim.Comparison(sim.code_cells(submissions.release_notebook(aid)),
+        comparison = sim.Comparison(sim.given_code(submissions.release_notebook(aid)),
                                     lectures=submissions.REPO / "course" / "lectures")
         for student, cells in class_of(aid).items():
             comparison.add_student(student, submissions.solution_sources(aid, cells))
