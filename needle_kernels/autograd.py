@@ -7,6 +7,7 @@ gradient of each op is written with ops too, so gradients are Tensors with a
 graph of their own and can be differentiated again.
 """
 from contextlib import contextmanager
+import functools
 from functools import reduce
 import math
 import operator
@@ -36,10 +37,19 @@ TRACING = False
 # that optimizers and training loops do not leak graph nodes.
 TENSOR_COUNTER = 0
 
-# The ops package. It imports this module, so it binds itself here when it has loaded
-# (needle_kernels/ops/__init__.py); a global read is what every Tensor operator costs,
-# where an import statement in each would cost a module look-up per operation.
-ops = None
+
+@functools.cache
+def _ops():
+    """The ops package, imported on the first operator call.
+
+    The ops modules import this one at their top (for Tensor and TensorOp), so it cannot
+    import them at its own. The cache makes each call after the first a C-level look-up
+    (tens of nanoseconds), where an import statement in every operator would cost a
+    module look-up through the import system per operation.
+    """
+    from . import ops
+
+    return ops
 
 class Op:
     """An operator: ``compute`` on arrays, ``gradient`` on Tensors."""
@@ -342,61 +352,64 @@ class Tensor(Value):
     def __str__(self):
         return str(self.realize_cached_data())
 
-    # ---- operators: ``ops`` is the ops package (bound by it once it has loaded, see the top)
+    # ---- operators: ``_ops()`` is the ops package (imported on first use, see the top)
     def __add__(self, other):
         if isinstance(other, Tensor):
-            return ops.add(self, other)
-        return ops.add_scalar(self, other)
+            return _ops().add(self, other)
+        return _ops().add_scalar(self, other)
 
     def __mul__(self, other):
         if isinstance(other, Tensor):
-            return ops.multiply(self, other)
-        return ops.mul_scalar(self, other)
+            return _ops().multiply(self, other)
+        return _ops().mul_scalar(self, other)
 
     def __pow__(self, other):
         if isinstance(other, Tensor):
-            return ops.power(self, other)
-        return ops.power_scalar(self, other)
+            return _ops().power(self, other)
+        return _ops().power_scalar(self, other)
 
     def __sub__(self, other):
         if isinstance(other, Tensor):
-            return ops.add(self, ops.negate(other))
-        return ops.add_scalar(self, -other)
+            o = _ops()
+            return o.add(self, o.negate(other))
+        return _ops().add_scalar(self, -other)
 
     def __rsub__(self, other):
-        return ops.add_scalar(ops.negate(self), other)
+        o = _ops()
+        return o.add_scalar(o.negate(self), other)
 
     def __truediv__(self, other):
         if isinstance(other, Tensor):
-            return ops.divide(self, other)
-        return ops.divide_scalar(self, other)
+            return _ops().divide(self, other)
+        return _ops().divide_scalar(self, other)
 
     def __rtruediv__(self, other):
-        return ops.mul_scalar(ops.power_scalar(self, -1), other)
+        o = _ops()
+        return o.mul_scalar(o.power_scalar(self, -1), other)
 
     def __matmul__(self, other):
-        return ops.matmul(self, other)
+        return _ops().matmul(self, other)
 
     def __rmatmul__(self, other):
-        return ops.matmul(other, self)
+        return _ops().matmul(other, self)
 
     def __neg__(self):
-        return ops.negate(self)
+        return _ops().negate(self)
 
     __radd__ = __add__
     __rmul__ = __mul__
 
     def sum(self, axes=None):
-        return ops.summation(self, axes)
+        return _ops().summation(self, axes)
 
     def broadcast_to(self, shape):
-        return ops.broadcast_to(self, shape)
+        return _ops().broadcast_to(self, shape)
 
     def reshape(self, shape):
-        return ops.reshape(self, shape)
+        return _ops().reshape(self, shape)
 
     def transpose(self, axes=None):
-        return ops.transpose(self, axes)
+        return _ops().transpose(self, axes)
 
 
 def compute_gradient_of_variables(output_tensor, out_grad):
@@ -565,5 +578,5 @@ def sum_node_list(node_list):
     if type(first) is Tensor:
         shape = first.shape
         if all(type(t) is Tensor and t.shape == shape for t in node_list):
-            return ops.add_n(*node_list)
+            return _ops().add_n(*node_list)
     return reduce(operator.add, node_list)

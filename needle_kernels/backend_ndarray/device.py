@@ -9,6 +9,7 @@ so code can ask ``ndl.cuda().enabled()`` on any machine.
 ``NK_DEBUG=1`` (or :func:`set_debug`) prints one line per kernel call: its
 name, argument sizes, threads (CPU) or grid/block (GPU), and wall time.
 """
+import functools
 import importlib
 import os
 import sys
@@ -121,9 +122,14 @@ class BackendDevice:
         return traced
 
     # ------------------------------------------------------------ constructors
-    # The array class is NDArray, which ndarray.py installs here when it is defined:
-    # ndarray.py imports this module (for default_device), so this one cannot import it back.
-    array_type = None
+    @property
+    def array_type(self):
+        """NDArray, the class the constructors below build.
+
+        Imported on first use: ndarray.py imports this module at its top (for
+        default_device), so this one cannot import it at its own.
+        """
+        return _ndarray_class()
 
     def _check_dtype(self, dtype):
         if dtype not in (None, "float32", np.float32) and np.dtype(dtype) != np.float32:
@@ -152,6 +158,13 @@ class BackendDevice:
         arr = self.empty(shape, dtype)
         arr.fill(fill_value)
         return arr
+
+
+@functools.cache
+def _ndarray_class():
+    from .ndarray import NDArray
+
+    return NDArray
 
 
 def _load(name, module):

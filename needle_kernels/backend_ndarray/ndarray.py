@@ -798,4 +798,3 @@ class NDArray:
         return out.permute((0, 2, 1, 3)).compact().reshape(m, p)
 
 
-BackendDevice.array_type = NDArray  # what the devices' constructors (rand, empty, ...) build

@@ -8,9 +8,3 @@ from .ops_softplus import *
 from .ops_norm import *
 from .ops_conv_bn import *
 from .ops_lstm import *
-
-import sys as _sys
-
-from .. import autograd as _autograd
-
-_autograd.ops = _sys.modules[__name__]  # the Tensor operators call ops through it
