@@ -40,8 +40,10 @@ for pyx in sorted(glob.glob("needle_kernels/**/*.pyx", recursive=True)):
         Extension(
             name,
             [pyx],
-            # C helper headers next to the .pyx: a change to one rebuilds the module
-            depends=sorted(glob.glob(os.path.join(os.path.dirname(pyx), "*.h"))),
+            # C helper headers and Cython includes next to the .pyx (and in its subfolders): a
+            # change to one rebuilds the module
+            depends=sorted(glob.glob(os.path.join(os.path.dirname(pyx), "*.h"))
+                           + glob.glob(os.path.join(os.path.dirname(pyx), "**", "*.pxi"), recursive=True)),
             include_dirs=[np.get_include(), os.path.dirname(pyx)],
             extra_compile_args=compile_args,
             extra_link_args=link_args,

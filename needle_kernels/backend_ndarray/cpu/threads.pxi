@@ -1,0 +1,97 @@
+# Thread count per kernel, and the instruction set of the vectorized loops and the matmul micro-kernel.
+# Included by ndarray_backend_cpu.pyx: the module's declarations and shared state are there.
+
+# ---------------------------------------------------------------- threads
+
+def set_num_threads(n):
+    """Use up to n OpenMP threads in the following kernels (n >= 1)."""
+    global _num_threads
+    n = _int("set_num_threads", "n", n)
+    if n < 1:
+        raise ValueError(f"set_num_threads: n must be >= 1, got {n}")
+    _num_threads = n
+
+
+def get_num_threads():
+    """The most threads a kernel may use (default: OMP_NUM_THREADS or the core count)."""
+    return _num_threads
+
+
+cdef inline int _threads_for(Py_ssize_t work) noexcept nogil:
+    cdef Py_ssize_t t
+    if work < PARALLEL_MIN_WORK or _num_threads <= 1:
+        return 1
+    t = work // (PARALLEL_MIN_WORK // 2)
+    return <int>(t if t < _num_threads else _num_threads)
+
+
+cdef inline int _team(Py_ssize_t work) noexcept nogil:
+    """_threads_for(work), and a fresh start for omp_threads_used: a kernel calls it once,
+    before its parallel loops."""
+    nk_reset_threads()
+    return _threads_for(work)
+
+
+cdef inline Py_ssize_t _round_up(Py_ssize_t x, Py_ssize_t multiple) noexcept nogil:
+    return (x + multiple - 1) // multiple * multiple
+
+
+cdef inline Py_ssize_t _chunks(Py_ssize_t n, Py_ssize_t parts, Py_ssize_t multiple) noexcept nogil:
+    """The length of each of `parts` shares of n items, rounded up to a multiple of `multiple`.
+    Shares of whole multiples of 16 floats (a 64-byte line) keep threads off each other's
+    cache lines."""
+    return _round_up((n + parts - 1) // parts, multiple)
+
+
+def num_threads_for(work):
+    """How many threads a kernel of this many elements (flops for matmul) runs on."""
+    return _threads_for(_int("num_threads_for", "work", work))
+
+
+def set_gemm_direct_limit(floats):
+    """The most elements of B the direct kernel reads in place (default 2**18); returns the
+    previous limit. 0 sends every product through the packed kernel (for tests and for
+    measuring both paths); 1 makes every direct product of 64 rows or more pack B's strips."""
+    global _direct_b
+    floats = _int("set_gemm_direct_limit", "floats", floats)
+    if floats < 0:
+        raise ValueError(f"set_gemm_direct_limit: floats must be >= 0, got {floats}")
+    old, _direct_b = _direct_b, floats
+    return old
+
+
+def omp_threads_used():
+    """How many distinct OpenMP threads ran a chunk of the most recent kernel."""
+    return nk_threads_used()
+
+
+def available_isas():
+    """Instruction sets this build and CPU can run the kernels with, widest first."""
+    return [nk_gemm_kernels[i].name.decode() for i in range(nk_gemm_nkernels) if nk_gemm_supported(i)]
+
+
+def isa():
+    """The instruction set in use, with the matmul micro-kernel's register tile and cache blocks."""
+    k = nk_gemm_kernels[_gemm_index]
+    return {"name": k.name.decode(), "mr": k.mr, "nr": k.nr, "kc": k.kc, "mc": k.mc, "nc": k.nc}
+
+
+def set_isa(name=None):
+    """Run matmul and exp/log/tanh/max with the code for "avx512", "avx2" or "generic"; None picks the widest.
+
+    All three compute the same function; choosing a narrower one is for
+    testing every variant on one machine and for measuring what it buys.
+    """
+    global _gemm_index
+    if name is None:
+        name = nk_gemm_kernels[nk_gemm_best()].name.decode()
+    for i in range(nk_gemm_nkernels):
+        if nk_gemm_kernels[i].name.decode() == name:
+            if not nk_gemm_supported(i) or not nk_vmath_select(name.encode()):
+                raise ValueError(f"set_isa: this CPU cannot run the {name!r} kernels")
+            _gemm_index = i
+            return
+    raise ValueError(f"set_isa: unknown instruction set {name!r}, expected one of {available_isas()}")
+
+
+set_isa(None)
