@@ -61,32 +61,5 @@ from .ndarray_functions import (
     transpose,
     zeros,
 )
-from .ndarray_fused import (
-    adam_update,
-    adam_update_many,
-    batchnorm_apply,
-    batchnorm_backward,
-    batchnorm_fold,
-    batchnorm_stats,
-    bias_add,
-    col2im,
-    conv_implicit,
-    conv_implicit_runs_on,
-    conv_implicit_weight_grad,
-    layernorm,
-    layernorm_backward,
-    lstm_cell,
-    lstm_cell_backward,
-    relu_backward,
-    sgd_update,
-    sigmoid_backward,
-    softmax,
-    softmax_backward,
-    softmax_cross_entropy,
-    softmax_cross_entropy_grad,
-    tanh_backward,
-    winograd_conv3x3,
-    winograd_runs_on,
-    winograd_weight_grad,
-)
+from .ndarray_fused import *  # the registry's fused functions (kernels.FUSED_FUNCTIONS)
 from ..shapes import broadcast_shapes

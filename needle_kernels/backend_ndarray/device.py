@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from ..labels import one_hot_rows
+from . import kernels as _kernels
 
 _DEBUG = os.environ.get("NK_DEBUG", "0") not in ("", "0")
 
@@ -181,26 +182,11 @@ def _load(name, module):
 
 _DEVICES = {}
 
-# What NDArray calls on every device (the table of ndarray_backend_numpy, which defines each
-# name). The extensions after it (matmul_batched, matmul_t, reduce_*_axis, the optimizer updates,
-# col2im, the convolution without an im2col matrix and its weight gradient, Winograd's
-# convolution and its transforms, the fused softmax cross-entropy, batch norm and LSTM cell, the activations' adjoints,
-# bias_add)
-# are looked up only when an operation needs them; the fused ones run as generic array
-# operations on a device without them.
-KERNEL_TABLE = (
-    "Array", "to_numpy", "from_numpy", "fill", "compact", "ewise_setitem", "scalar_setitem",
-    "ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
-    "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq", "scalar_ge",
-    "ewise_log", "ewise_exp", "ewise_tanh", "matmul", "reduce_max", "reduce_sum",
-)
-EXTENSIONS = ("matmul_batched", "matmul_tiled", "matmul_t", "reduce_sum_axis", "reduce_max_axis",
-              "adam_update", "adam_update_many", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
-              "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent", "softmax_xent_grad",
-              "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm",
-              "layernorm_backward", "lstm_cell", "lstm_cell_backward",
-              "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add",
-              "conv_implicit", "conv_implicit_weight_grad")
+# What NDArray calls on every device (the table; ndarray_backend_numpy defines each name) and the
+# extensions, looked up only when an operation needs them (the fused ones run as generic array
+# operations on a device without them): both read from the registry in kernels.py.
+KERNEL_TABLE = _kernels.TABLE
+EXTENSIONS = _kernels.EXTENSIONS
 
 
 def make_device(name, module):

@@ -1,43 +1,21 @@
-"""The element-wise part of the kernel table, as data: name, C operation, meaning.
+"""The Cython backend's element-wise wrappers, generated from the kernel registry.
 
-The Cython backend's Python wrappers for these kernels are generated from
-this table (``python -m needle_kernels.backend_ndarray.elementwise_table``
-writes ``ndarray_backend_cpu_elementwise.pxi``, which the ``.pyx`` includes),
-so adding an operation is one line here and one case in the C kernels
-(``NK_*`` in ``ndarray_backend_cpu_kernels.h``), not another copied wrapper.
-A test keeps the generated file in step with the table.
+The Python wrappers of the element-wise kernels (the entries of ``kernels.REGISTRY``
+with a ``c_op``) are generated (``python -m needle_kernels.backend_ndarray.elementwise_table``
+writes ``ndarray_backend_cpu_elementwise.pxi``, which the ``.pyx`` includes), so adding an
+operation is one entry in the registry and one case in the C kernels (``NK_*`` in
+``ndarray_backend_cpu_kernels.h``), not another copied wrapper.
+A test keeps the generated file in step with the registry.
 """
 from pathlib import Path
 
-# (name, C operation, docstring). The C operation is an NK_* constant, or a
+from .kernels import REGISTRY
+
+# (name, C operation, docstring) by argument form. The C operation is an NK_* constant, or a
 # Cython expression of the wrapper's arguments where the scalar picks it.
-EWISE = (
-    ("ewise_add", "NK_ADD", "out = a + b element-wise on compact arrays of equal size."),
-    ("ewise_mul", "NK_MUL", "out = a * b element-wise."),
-    ("ewise_div", "NK_DIV", "out = a / b element-wise."),
-    ("ewise_maximum", "NK_MAX", "out = maximum(a, b) element-wise (NaN in either gives NaN, as numpy)."),
-    ("ewise_eq", "NK_EQ", "out = 1.0 where a == b else 0.0."),
-    ("ewise_ge", "NK_GE", "out = 1.0 where a >= b else 0.0."),
-    # the adjoints of the activations, for out_grad a: one pass instead of two to four kernels
-    ("ewise_relu_backward", "NK_RELU_BACKWARD", "out = a * (b > 0): relu's adjoint at its input b."),
-    ("ewise_tanh_backward", "NK_TANH_BACKWARD", "out = a * ((1 - b) * (1 + b)): tanh's adjoint at its output b."),
-    ("ewise_sigmoid_backward", "NK_SIGMOID_BACKWARD", "out = a * b * (1 - b): sigmoid's adjoint at its output b."),
-)
-SCALAR = (
-    ("scalar_add", "NK_ADD", "out = a + val."),
-    ("scalar_mul", "NK_MUL", "out = a * val."),
-    ("scalar_div", "NK_DIV", "out = a / val."),
-    # squaring is exact and cheap; powf(x, 2) is neither everywhere
-    ("scalar_power", 'NK_SQUARE if _scalar_arg("scalar_power", val) == 2.0 else NK_POW',
-     "out = a ** val (powf; val == 2 is an exact square)."),
-    ("scalar_maximum", "NK_MAX", "out = maximum(a, val)."),
-    ("scalar_eq", "NK_EQ", "out = 1.0 where a == val else 0.0."),
-    ("scalar_ge", "NK_GE", "out = 1.0 where a >= val else 0.0."),
-)
-UNARY = (
-    ("ewise_log", "NK_LOG", "out = log(a)."),
-    ("ewise_exp", "NK_EXP", "out = exp(a)."),
-    ("ewise_tanh", "NK_TANH", "out = tanh(a)."),
+EWISE, SCALAR, UNARY = (
+    tuple((k.name, k.c_op, k.doc) for k in REGISTRY if k.family == family and k.c_op)
+    for family in ("ewise", "scalar", "unary")
 )
 
 NAMES = tuple(name for table in (EWISE, SCALAR, UNARY) for name, _, _ in table)

@@ -51,6 +51,7 @@ from .backend_checks import (
     prod,
     read_view,
 )
+from . import kernels as _kernel_registry
 from .memory_counter import MemoryCounter
 
 __device_name__ = "cuda"
@@ -218,25 +219,19 @@ def source_files():
     return sorted(os.path.join(_SOURCE_DIR, f) for f in os.listdir(_SOURCE_DIR) if f.endswith(".cu"))
 
 
-# Every kernel this module launches, by the source file that defines it.
-KERNELS = {
-    "elementwise.cu": (
-        "fill", "ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
-        "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
-        "scalar_add", "scalar_mul", "scalar_div", "scalar_power", "scalar_maximum", "scalar_eq",
-        "scalar_ge", "ewise_log", "ewise_exp", "ewise_tanh",
-    ),
-    "strided.cu": ("compact", "ewise_setitem", "scalar_setitem"),
-    "matmul.cu": ("matmul", "matmul_tiled"),
-    "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle",
-                  "softmax_xent", "softmax_xent_grad", "softmax", "softmax_backward"),
-    "optim.cu": ("adam_update", "sgd_update", "sgd_momentum_update"),
-    "conv.cu": ("col2im", "winograd_input", "winograd_output", "winograd_grad_tiles", "winograd_weight_output",
-                "conv_implicit", "conv_implicit_weight_grad", "conv_implicit_weight_sum"),
-    "batchnorm.cu": ("bias_add", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_grad_sums",
-                     "batchnorm_grad_input", "layernorm", "layernorm_grad_sums", "layernorm_grad_input"),
-    "lstm.cu": ("lstm_cell", "lstm_cell_backward"),
+# Kernels launched under names the contract does not have (the reductions' row and middle-axis
+# forms, and the steps of kernels that take more than one launch), by the source file that
+# defines them.
+_STEPS = {
+    "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle"),
+    "optim.cu": ("sgd_momentum_update",),
+    "conv.cu": ("winograd_grad_tiles", "winograd_weight_output", "conv_implicit_weight_sum"),
+    "batchnorm.cu": ("batchnorm_grad_sums", "batchnorm_grad_input", "layernorm_grad_sums", "layernorm_grad_input"),
 }
+# Every kernel this module launches, by the source file that defines it: the contract's kernels
+# that have a __global__ of their own name (the registry's ``cuda`` field), then the steps.
+KERNELS = {source: names + _STEPS.get(source, ()) for source, names in _kernel_registry.cuda_sources().items()}
+KERNELS.update({source: steps for source, steps in _STEPS.items() if source not in KERNELS})
 _SOURCE_OF = {kernel: source for source, kernels in KERNELS.items() for kernel in kernels}
 
 

@@ -10,8 +10,13 @@ Shapes and devices are checked here; sizes again by the backend (see
 import numpy as np
 
 from ..labels import one_hot_rows
+from .kernels import FUSED_FUNCTIONS
 from .ndarray import NDArray
 from .ndarray_functions import stack
+
+# What the package exports from here: the registry's fused functions and the two questions
+# the convolution ops ask before picking a kernel.
+__all__ = FUSED_FUNCTIONS + ("winograd_runs_on", "conv_implicit_runs_on")
 
 
 def _same_layout(name, ref, **arrays):
