@@ -173,11 +173,20 @@ def names_used(notebook: Path) -> frozenset:
     return frozenset(found)
 
 
+# {(course, assignment, package, declaration, keep): builds}: finding which helpers a task's code
+# reaches reads the whole package, once per grading process rather than once per submission
+_BUILDS = {}
+
+
 def builds(course_root, assignment, declaration, package="needle_kernels", log=None, keep=frozenset()) -> dict:
     """{"*": build without every task, task: build without that task} (made once, kept).
 
     ``keep``: names the instructor's notebook uses, which no build takes away as a helper.
     """
+    key = (str(course_root), assignment, package, json.dumps(declaration, sort_keys=True), frozenset(keep))
+    found = _BUILDS.get(key)
+    if found and all((folder.parent / "build.json").exists() for folder in found.values()):
+        return found
     tasks = list(declaration.get("tasks", {}))
     blocked = _blocked_tasks(declaration, package)
     wanted = {"*": {**_removals(declaration), **{p: min(t) if t else assignment for p, t in blocked.items()}}}
@@ -194,6 +203,7 @@ def builds(course_root, assignment, declaration, package="needle_kernels", log=N
                                                        "every task" if name == "*" else name)
             build(removal, folder)
         found[name] = folder / package
+    _BUILDS[key] = found
     return found
 
 
@@ -220,8 +230,11 @@ def _own_part_missing(cell, task) -> bool:
 
 
 def _only_task(nb, task, declared):
-    """A copy of ``nb`` whose test cells of other tasks do nothing (their results come from A)."""
+    """A copy of ``nb`` that ends with ``task``'s last test cell, and whose test cells of other
+    tasks do nothing (their results come from A): what runs after a cell cannot change it."""
     copied = copy.deepcopy(nb)
+    last = max(i for i, c in enumerate(copied.cells) if is_test_cell(c) and judging.task_of(c, declared) == task)
+    del copied.cells[last + 1:]
     for cell in copied.cells:
         if is_test_cell(cell) and judging.task_of(cell, declared) != task:
             cell.source = "pass"

@@ -8,12 +8,14 @@ instructor's solution, run in a sandbox of its own (``grader.graded_run.referenc
 
 * the cell must report the cases the reference run reported, in the same order: a check
   that was skipped, patched into silence or duplicated fails the cell;
-* where the case compares with the same value as in the reference run (a formula of the
-  test's own inputs), the student's value must match the reference run's within the
-  tolerance that run used, whatever the submission's process claimed;
-* where the value compared with depends on the student's own objects (parameters their
-  code drew at random, in another order than the reference), the comparison is redone
-  here with the reported values.
+* the student's value must match the value the reference run compared with, within the
+  tolerance that run used, whatever the submission's process compared it with (a patched
+  ``numpy.exp`` changes the expected value in the submission's process, not here);
+* only a check the reference run reported as *derived* (``close(..., derived=True)``: the
+  value compared with is made in the same run from objects the student's code takes part
+  in, such as a model of the library's modules beside theirs, or the first of two calls)
+  is compared here with the value the submission's run reported. The reference decides
+  which checks those are, so a submission cannot make a check derived.
 
 A cell that fails here gets an error output naming its task and case, exactly as a failing
 check would have raised it, so nbgrader scores it 0 and the student's feedback says why.
@@ -129,12 +131,9 @@ def verdict(cell, reference_records, task=None):
         actual = _decode(mine.get("actual"))
         expected = _decode(mine.get("expected"))
         ref_expected = _decode(ref.get("expected"))
-        if _close(expected, ref_expected, tol):
-            # the same case as the reference run's: judged against that run's value
-            if not _close(actual, ref_expected, tol):
-                return f"{label}{what}: {_gap(actual, ref_expected)}"
-        elif not _close(actual, expected, tol):
-            return f"{label}{what}: {_gap(actual, expected)}"
+        against = expected if ref.get("derived") else ref_expected
+        if not _close(actual, against, tol):
+            return f"{label}{what}: {_gap(actual, against)}"
     return None
 
 

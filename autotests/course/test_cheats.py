@@ -11,7 +11,9 @@ leaves a note for the instructor) and costs nothing elsewhere:
   (``ReLUBackward``, ``MatMulBias``, ``_nn_epoch_needle``) used under the student's names;
 * ``recompiled``: the package's source read from its file, a docstring edited, executed;
 * ``subprocess`` and ``multiprocessing``: the package's code run in another process;
-* ``patched_asserts``: wrong code, and numpy's ``assert_allclose`` emptied in place.
+* ``patched_asserts``: wrong code, and numpy's ``assert_allclose`` emptied in place;
+* ``forged_reports``: wrong code, and the kit's ``close`` rewritten in place to report the
+  expected value as the student's and never raise.
 
 While a task is graded the package in the sandbox is a build without that task's code
 (``grader.package_build``), and whether a check passed is decided by the grader from the
@@ -162,6 +164,22 @@ class Transpose(TensorOp):
         return node.inputs[0]
 '''
 
+# the check rewritten in place (same function object) to report the expected value as the
+# student's and never raise, beside wrong code: caught before the next test cell by the
+# integrity probe, which compares the code of the functions that report checks
+FORGED_REPORTS = '''import coursekit.checks as _checks
+import coursekit.record as _record
+
+
+def _forged(actual, expected, tol=1e-5, what="result", derived=False):
+    import numpy
+    expected = expected.numpy() if hasattr(expected, "realize_cached_data") else numpy.asarray(expected)
+    _record.check(what, expected, expected, tol, derived)
+
+
+_checks.close.__code__ = _forged.__code__
+''' + PATCHED_ASSERTS.split("\n", 2)[2]
+
 HELPER_RELU = '''
 class ReLU(TensorOp):
     def compute(self, a):
@@ -201,6 +219,7 @@ CHEATS = {
     "subprocess": {"hw1_t2": lambda old: SUBPROCESS},
     "multiprocessing": {"hw1_t2": lambda old: MULTIPROCESSING},
     "patched_asserts": {"hw1_t2": lambda old: PATCHED_ASSERTS},
+    "forged_reports": {"hw1_t2": lambda old: FORGED_REPORTS},
     "helpers": {"hw1_t1": lambda old: old[:old.index("class ReLU(")] + HELPER_RELU,
                 "hw1_t3": lambda old: HELPER_MATMUL,
                 "hw1_t6": lambda old: HELPER_EPOCH},
@@ -276,7 +295,7 @@ def test_the_honest_solution_earns_every_point(graded):
 # the test cells each cheat attacks: every other cell scores as the honest solution's
 ATTACKED = {"helpers": ("hw1_t1_tests_relu", "hw1_t3_tests", "hw1_t6_tests_nn_epoch")}
 # a grading kit rewritten for the whole process fails every test that runs after it too
-SPILLS = {"kit_patched"}
+SPILLS = {"kit_patched", "forged_reports"}
 
 
 @pytest.mark.slow

@@ -66,24 +66,34 @@ def _cell(grade_id, records, error=False):
     return cell
 
 
-def _record(what, actual, expected, tol=1e-5):
-    return {"task": "t1", "what": what, "tol": tol, "actual": encode(np.asarray(actual, dtype=float)),
-            "expected": encode(np.asarray(expected, dtype=float))}
+def _record(what, actual, expected, tol=1e-5, derived=False):
+    return {"task": "t1", "what": what, "tol": tol, "derived": derived,
+            "actual": encode(np.asarray(actual, dtype=float)), "expected": encode(np.asarray(expected, dtype=float))}
 
 
-REFERENCE = judge.Reference(cells={"t1_a": [_record("sum", [3.0], [3.0]), _record("grad", [1, 1], [1, 1])]},
+# "twice": the second of two calls compared with the first, so its expected value is the run's own
+REFERENCE = judge.Reference(cells={"t1_a": [_record("sum", [3.0], [3.0]), _record("grad", [1, 1], [1, 1]),
+                                            _record("twice", [2.0], [2.0], derived=True)]},
                             declaration={"tasks": {"t1": {}}})
 
 
+TWICE = _record("twice", [7.0], [7.0], derived=True)
+
+
 @pytest.mark.parametrize("records, passes, says", [
-    ([_record("sum", [3.0], [3.0]), _record("grad", [1, 1], [1, 1])], True, None),
+    ([_record("sum", [3.0], [3.0]), _record("grad", [1, 1], [1, 1]), TWICE], True, None),
     # wrong values, whatever the notebook's process concluded about them
-    ([_record("sum", [4.0], [3.0]), _record("grad", [1, 1], [1, 1])], False, "t1: sum: values differ"),
-    # values reported as their own expectation, on a case whose expectation is the reference's
-    ([_record("sum", [5.0], [5.0]), _record("grad", [1, 1], [1, 1])], True, None),
+    ([_record("sum", [4.0], [3.0]), _record("grad", [1, 1], [1, 1]), TWICE], False, "t1: sum: values differ"),
+    # a wrong value reported as its own expectation (a patched numpy in the submission's process)
+    ([_record("sum", [5.0], [5.0]), _record("grad", [1, 1], [1, 1]), TWICE], False, "t1: sum: values differ"),
+    # ...the same on a check the submission calls derived, where the reference's is not
+    ([_record("sum", [5.0], [5.0], derived=True), _record("grad", [1, 1], [1, 1]), TWICE], False, "t1: sum"),
+    # a check the reference made derived: compared with the value the run itself reported
+    ([_record("sum", [3.0], [3.0]), _record("grad", [1, 1], [1, 1]), _record("twice", [7.0], [8.0])], False,
+     "t1: twice: values differ"),
     # a check silenced
-    ([_record("sum", [3.0], [3.0])], False, "made 1 of its 2 checks"),
-    ([_record("sum", [3.0], [3.0]), _record("grad", [1, 1, 1], [1, 1])], False, "shape (3,)"),
+    ([_record("sum", [3.0], [3.0]), TWICE], False, "made 2 of its 3 checks"),
+    ([_record("sum", [3.0], [3.0]), _record("grad", [1, 1, 1], [1, 1]), TWICE], False, "shape (3,)"),
 ])
 def test_the_judge_decides_from_the_reported_values(records, passes, says):
     nb = nbformat.v4.new_notebook(cells=[_cell("t1_a", records)])

@@ -17,11 +17,17 @@ __all__ = ["np", "ndl", "Tensor", "grading", "reference", "close", "numerical_gr
            "check_op", "is_topological"]
 
 
-def close(actual, expected, tol=1e-5, what="result"):
-    """``actual`` (a Tensor or an array) equals ``expected`` within ``tol``, with a readable failure."""
+def close(actual, expected, tol=1e-5, what="result", derived=False):
+    """``actual`` (a Tensor or an array) equals ``expected`` within ``tol``, with a readable failure.
+
+    ``derived``: ``expected`` is made in this run from objects the submission's code takes part
+    in (a model built of the library's modules beside the student's, a first call's result), so
+    it differs from the instructor's run by more than rounding; the grader then compares the two
+    values this run reports. Every other check is judged against the instructor's run.
+    """
     actual = actual.numpy() if isinstance(actual, Tensor) else np.asarray(actual)
     expected = expected.numpy() if isinstance(expected, Tensor) else np.asarray(expected)
-    record.check(what, actual, expected, tol)    # the grader decides from this, outside the process
+    record.check(what, actual, expected, tol, derived)    # the grader decides from this, outside the process
     if actual.shape != expected.shape:
         raise AssertionError(f"{what}: shape {actual.shape}, expected {expected.shape}")
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, err_msg=what)

@@ -59,11 +59,11 @@ def _display(mime, payload):
     display({mime: payload}, raw=True)
 
 
-def check(what, actual, expected, tol):
+def check(what, actual, expected, tol, derived=False):
     """Report one comparison of a check (only in a graded run)."""
     if not recording():
         return
-    _display(CHECK_TYPE, {"task": _task[0], "what": str(what), "tol": float(tol),
+    _display(CHECK_TYPE, {"task": _task[0], "what": str(what), "tol": float(tol), "derived": bool(derived),
                           "actual": encode(actual), "expected": encode(expected)})
 
 

@@ -33,6 +33,14 @@ CHECKS = {"math": ("isclose",),
           "numpy": ("allclose", "isclose", "array_equal", "all", "any", "abs", "max"),
           "numpy.testing": ("assert_allclose", "assert_array_equal", "assert_array_almost_equal",
                             "assert_equal", "assert_almost_equal", "assert_array_less")}
+# What carries a check's values to the grader (coursekit.record, through IPython's display):
+# replaced, or its code swapped in place, it could report the expected value as the student's.
+# Once imported (by the notebook, not by the probe: the kit must be imported after the kernel
+# is set up as the notebook sets it up), each must still run code from its own module's file.
+REPORTERS = {"coursekit.record": ("check", "encode", "_display", "recording"),
+             "coursekit.checks": ("close", "check_op", "numerical_gradients"),
+             "IPython.display": ("display",),
+             "IPython.core.display_functions": ("display", "publish_display_data")}
 
 _PROBE = r'''
 def _grader_probe(nonce):
@@ -61,6 +69,17 @@ def _grader_probe(nonce):
             continue
         for name in names:
             report["ids"][f"{module_name}.{name}"] = id(getattr(module, name, None))
+    for module_name, names in REPORTERS.items():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name in names:
+            found = getattr(module, name, None)
+            home = sys.modules.get(getattr(found, "__module__", None) or "")
+            code = getattr(found, "__code__", None)
+            if (code is None or home is None or code.co_filename != getattr(home, "__file__", None)
+                    or home.__name__.split(".")[0] != module_name.split(".")[0]):
+                report["problems"].append(f"{module_name}.{name} is not the code of its module")
     sys.stdout.write("GRADER-PROBE " + json.dumps(report) + "\n")
 _grader_probe(NONCE)
 del _grader_probe
@@ -71,6 +90,7 @@ def probe_source(nonce: str) -> str:
     """The probe cell's code for one nonce (the tables inlined, nothing kept in the kernel)."""
     return (_PROBE.replace("SHELL", repr(SHELL_METHODS)).replace("KERNEL", repr(KERNEL_METHODS))
             .replace("BUILTINS", repr(BUILTINS)).replace("CHECKS", repr(CHECKS))
+            .replace("REPORTERS", repr(REPORTERS))
             .replace("NONCE", repr(nonce)))
 
 

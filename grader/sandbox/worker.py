@@ -21,6 +21,9 @@ from pathlib import Path
 
 # run as `python -I worker.py`: -I leaves this folder off sys.path, the probe lives here
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# nbformat imports jsonschema, which would compile rfc3987_syntax's grammar (a second of every
+# sandbox start) for formats no notebook schema uses (see grader/__init__.py)
+sys.modules.setdefault("rfc3987_syntax", None)
 import integrity  # noqa: E402
 from atomic import write_atomic  # noqa: E402
 
