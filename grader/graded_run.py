@@ -82,8 +82,9 @@ def reference(course_root, assignment, notebook, settings, log) -> judging.Refer
     nb = nbformat.read(str(source), as_version=4)
     log.info("running the instructor's %s/%s once for the reference values", assignment, notebook)
     result = run_notebook(nb, source.parent, settings, log=log, env={RECORD_VARIABLE: "1"})
+    # a case that raised is reported, not raised (coursekit.checks.case)
     failing = [judging.grade_id(c) or f"cell {i}" for i, c in enumerate(result.nb.cells)
-               if is_test_cell(c) and judging.has_error(c)]
+               if is_test_cell(c) and (judging.has_error(c) or any("error" in r for r in judging.checks(c)))]
     if failing or result.reasons:
         raise GraderError(f"the instructor's {assignment}/{notebook} fails its own tests in the sandbox "
                           f"({', '.join(failing[:5]) or '; '.join(result.reasons)}); fix the source notebook "

@@ -18,7 +18,10 @@ instructor's solution, run in a sandbox of its own (``grader.graded_run.referenc
   which checks those are, so a submission cannot make a check derived.
 
 A cell that fails here gets an error output naming its task and case, exactly as a failing
-check would have raised it, so nbgrader scores it 0 and the student's feedback says why.
+check would have raised it, so nbgrader scores it 0 and the student's feedback says why. A cell
+whose checks the instructor's run made in cases (``coursekit.checks.case``) earns its points per
+case: the share of the reference's cases that pass, written as the cell's value (nbgrader's
+partial credit) beside a line naming the failing cases; none passing is a failure as above.
 The reports themselves are removed from the notebook.
 """
 
@@ -118,8 +121,20 @@ def _gap(a, b) -> str:
 
 def verdict(cell, reference_records, task=None):
     """None when the cell passes, else the message of its failure."""
-    label = f"{task}: " if task else ""
-    reported = checks(cell)
+    return _compare(checks(cell), reference_records, f"{task}: " if task else "")
+
+
+def _compare(reported, reference_records, label):
+    """None when the reported checks match the reference's, else why not.
+
+    A case that raised (``coursekit.checks.case``) is named by its error's first line when it
+    stopped before its checks were done; otherwise by the checks, whose messages show no value.
+    """
+    errors = [r for r in reported if "error" in r]
+    reported = [r for r in reported if "error" not in r]
+    if errors and (len(reported) < len(reference_records) or not _compare(reported, reference_records, label)):
+        first = next((line for line in str(errors[0]["error"]).splitlines() if line.strip(" :")), "")
+        return f"{label}{errors[0].get('what')}: {first.strip()}"
     if len(reported) != len(reference_records):
         return (f"{label}this test made {len(reported)} of its {len(reference_records)} checks "
                 "(a check was skipped, silenced or added while it ran)")
@@ -135,6 +150,48 @@ def verdict(cell, reference_records, task=None):
         if not _close(actual, against, tol):
             return f"{label}{what}: {_gap(actual, against)}"
     return None
+
+
+def cases(reference_records) -> list:
+    """The case labels of a test cell that awards its points per case (``coursekit.checks.case``),
+    in order; empty for a cell that passes or fails as a whole."""
+    return list(dict.fromkeys(r["case"] for r in reference_records if r.get("case")))
+
+
+def partial_verdict(cell, reference_records, task=None):
+    """(message, share of the cell's points earned) of a cell scored per case.
+
+    The checks made outside any case must all pass; each of the reference's cases passes when
+    the submission made the same checks in it and they pass (a case that raised, or was skipped,
+    fails). A case the reference does not have fails the cell.
+    """
+    label = f"{task}: " if task else ""
+    labels = cases(reference_records)
+    reported = [r for r in checks(cell) if not r.get("begins")]
+    extra = sorted({r.get("case") for r in checks(cell) if r.get("case")} - set(labels))
+    started = {r.get("case") for r in reference_records if r.get("begins")}
+    reference_records = [r for r in reference_records if not r.get("begins")]
+    if extra:
+        return f"{label}the test ran a case the instructor's does not have ({extra[0]!r})", 0.0
+    outside = _compare([r for r in reported if not r.get("case")],
+                       [r for r in reference_records if not r.get("case")], label)
+    if outside:
+        return outside, 0.0
+    begun = {r.get("case") for r in checks(cell) if r.get("begins")}
+    failing = []
+    for name in labels:
+        if name in started and name not in begun:
+            failing.append(f"{name}: was not run")
+            continue
+        problem = _compare([r for r in reported if r.get("case") == name],
+                           [r for r in reference_records if r.get("case") == name], "")
+        if problem:
+            failing.append(problem if problem.startswith(name) else f"{name}: {problem}")
+    if not failing:
+        return None, 1.0
+    passed = len(labels) - len(failing)
+    return (f"{label}{passed} of {len(labels)} cases pass; failing: " + "; ".join(failing[:5])
+            + (f"; and {len(failing) - 5} more" if len(failing) > 5 else "")), passed / len(labels)
 
 
 def failure_output(message):
@@ -154,12 +211,24 @@ def judge(nb, reference: Reference, cells=None) -> dict:
             continue
         if is_test_cell(cell) and (cells is None or index in cells):
             task = task_of(cell, declared)
-            message = None
+            # nbgrader reads a test cell's value as its partial score: only the judge may set one
+            cell.outputs = [out for out in cell.get("outputs", []) if out.get("output_type") != "execute_result"]
+            share = 0.0
             if not has_error(cell):
-                message = verdict(cell, reference.cells.get(grade_id(cell), []), task)
-                if message:
+                refs = reference.cells.get(grade_id(cell), [])
+                if cases(refs):
+                    message, share = partial_verdict(cell, refs, task)
+                else:
+                    message = verdict(cell, refs, task)
+                    share = 0.0 if message else 1.0
+                if message and share:
+                    points = float(cell.metadata.get("nbgrader", {}).get("points", 0))
+                    cell.outputs[:0] = [nbformat.v4.new_output("stream", name="stdout", text=message + "\n"),
+                                        nbformat.v4.new_output("execute_result", data={
+                                            "text/plain": f"{round(points * share, 6):g}"}, execution_count=None)]
+                elif message:
                     cell.outputs.append(failure_output(message))
-            outcome[task] = outcome.get(task, True) and not has_error(cell)
+            outcome[task] = outcome.get(task, True) and not has_error(cell) and share == 1.0
         cell.outputs = [out for out in cell.get("outputs", []) if not (
             out.get("output_type") == "display_data"
             and (CHECK_TYPE in out.get("data", {}) or DECLARATION_TYPE in out.get("data", {})))]

@@ -212,6 +212,10 @@ def nn_epoch(X, y, W1, W2, lr=0.1, batch=100):
     return _nn_epoch_needle(X, y, W1, W2, lr, batch)
 '''
 
+# an honest mistake, not a cheat: Summation's gradient keeps only the first summed axis, which
+# fails exactly one of the seven cases of hw1's summation test
+ONE_AXIS_GRADIENT = ("[ax % len(in_shape) for ax in self.axes]", "[self.axes[0] % len(in_shape)]")
+
 # student -> {task: new source of that task's solution cell (a function of the old source)}
 CHEATS = {
     "kit_patched": {"hw1_t2": lambda old: KIT_PATCHED},
@@ -254,7 +258,8 @@ def grade(root):
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     grader(["generate", AID, "--no-proof"], course, home)
     source = nbformat.read(ASSIGNMENTS / AID / f"{AID}.ipynb", as_version=4)
-    subs = {"honest": source, **{student: submission(source, changes) for student, changes in CHEATS.items()}}
+    subs = {"honest": source, **{student: submission(source, changes) for student, changes in CHEATS.items()},
+            "partial": submission(source, {"hw1_t2": lambda old: old.replace(*ONE_AXIS_GRADIENT)})}
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
     for student, nb in subs.items():
         folder = course / "submitted" / student / AID
@@ -315,3 +320,13 @@ def test_a_cheat_earns_nothing_for_the_task_it_attacks(student, graded):
             assert cheat[grade_id] == points, f"{student} loses points on {grade_id}, which it did not touch"
     report_figure(f"hw1 cheat {student}: {sum(cheat[g] for g in attacked)} of "
                   f"{sum(honest[g] for g in attacked)} points on the cells it attacks ({', '.join(attacked)})")
+
+
+@pytest.mark.slow
+def test_a_test_of_cases_gives_the_share_of_cases_right(graded):
+    """hw1's summation test awards its point per case: six of seven right earn 6/7 of it, named."""
+    honest, partial = graded["scores"]["honest"], graded["scores"]["partial"]
+    assert partial["hw1_t2_tests_summation"] == pytest.approx(6 / 7, abs=1e-6)
+    assert {g: p for g, p in partial.items() if g != "hw1_t2_tests_summation" and not g.startswith("_")} == \
+        {g: p for g, p in honest.items() if g != "hw1_t2_tests_summation" and not g.startswith("_")}
+    report_figure(f"hw1 partial credit: {partial['hw1_t2_tests_summation']:.4f} of 1 point for 6 of 7 summation cases")

@@ -107,3 +107,97 @@ def test_the_judge_decides_from_the_reported_values(records, passes, says):
 def test_a_cell_that_raised_stays_failed():
     nb = nbformat.v4.new_notebook(cells=[_cell("t1_a", REFERENCE.cells["t1_a"], error=True)])
     assert judge.judge(nb, REFERENCE) == {"t1": False}
+
+
+def _cased(what, actual, expected, case, error=None):
+    record = _record(what, actual, expected)
+    record["case"] = case
+    if error:
+        record = {"task": "t1", "case": case, "what": f"{case}: raised", "error": error}
+    return record
+
+
+# a cell of four independent cases and one check outside them; the last case has no check
+# (plain asserts), only the report that it began
+PARTIAL = judge.Reference(cells={"t1_b": [_record("setup", [1.0], [1.0])] + [
+    _cased(f"shape {k}", [float(k)], [float(k)], f"shape {k}") for k in range(3)] + [
+    {"task": "t1", "case": "shape 3", "begins": True}]},
+    declaration={"tasks": {"t1": {}}})
+BEGUN = {"task": "t1", "case": "shape 3", "begins": True}
+
+
+def _partial_cell(records, points=3):
+    cell = _cell("t1_b", records)
+    cell.metadata["nbgrader"]["points"] = points
+    return cell
+
+
+def _checked(values):
+    """The setup check and the cases shape 0-2 reporting ``values``."""
+    return [_record("setup", [1.0], [1.0])] + [_cased(f"shape {k}", [v], [v], f"shape {k}") for k, v in enumerate(values)]
+
+
+@pytest.mark.parametrize("records, earned, says", [
+    (_checked([0.0, 1.0, 2.0]) + [BEGUN], 3.0, None),
+    # one case wrong, one raised: 2 of 4 cases, half the points, both named
+    (_checked([0.0, 9.0]) + [_cased("shape 2", None, None, "shape 2", error="NotImplementedError: t1: not implemented yet"),
+                             BEGUN], 1.5, "2 of 4 cases pass; failing: shape 1: values differ"),
+    # a case whose check was skipped
+    (_checked([0.0, 1.0]) + [BEGUN], 2.25, "3 of 4 cases pass; failing: shape 2: this test made 0 of its 1 checks"),
+    # the case of plain asserts raised, or was never run
+    (_checked([0.0, 1.0, 2.0]) + [BEGUN, _cased("shape 3", None, None, "shape 3", error="AssertionError: shape (3, 2)")],
+     2.25, "failing: shape 3: raised: AssertionError: shape (3, 2)"),
+    (_checked([0.0, 1.0, 2.0]), 2.25, "failing: shape 3: was not run"),
+    # the check outside the cases fails the whole cell
+    ([_record("setup", [2.0], [2.0])] + _checked([0.0, 1.0, 2.0])[1:] + [BEGUN], 0.0, "t1: setup: values differ"),
+    # a case the instructor's run does not have
+    (_checked([0.0, 1.0, 2.0]) + [BEGUN, _cased("shape 4", [4.0], [4.0], "shape 4")], 0.0,
+     "a case the instructor's does not have ('shape 4')"),
+    # no case passes: a failure, as for any cell
+    (_checked([7.0, 7.0, 7.0]), 0.0, "0 of 4 cases pass"),
+])
+def test_a_cell_of_cases_earns_the_share_of_cases_that_pass(records, earned, says):
+    from nbgrader.utils import determine_grade
+
+    nb = nbformat.v4.new_notebook(cells=[_partial_cell(records)])
+    outcome = judge.judge(nb, PARTIAL)
+    assert outcome == {"t1": earned == 3.0}
+    score, most = determine_grade(nb.cells[0])
+    assert (score, most) == (earned, 3.0), nb.cells[0].outputs
+    text = "".join(o.get("text", "") + o.get("evalue", "") for o in nb.cells[0].outputs)
+    assert says is None or says in text, text
+
+
+def test_only_the_judge_sets_a_test_cells_value():
+    """nbgrader reads a test cell's value as partial credit; a value the cell printed is dropped."""
+    from nbgrader.utils import determine_grade
+
+    cell = _cell("t1_a", REFERENCE.cells["t1_a"][:2] + [_record("twice", [7.0], [8.0])])
+    cell.outputs.insert(0, nbformat.v4.new_output("execute_result", data={"text/plain": "1"}, execution_count=3))
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    judge.judge(nb, REFERENCE)
+    assert determine_grade(nb.cells[0]) == (0, 1.0)
+
+
+def test_a_case_reports_its_failure_in_a_graded_run_and_raises_outside(monkeypatch):
+    import coursekit.record as record
+    from coursekit.checks import case, close
+
+    shown = []
+    monkeypatch.setattr(record, "_display", lambda mime, payload: shown.append(payload))
+    monkeypatch.delenv(record.RECORD_VARIABLE, raising=False)
+    with pytest.raises(AssertionError):
+        with case("shape (2, 3)"):
+            close([1.0], [2.0], what="sum")
+    monkeypatch.setenv(record.RECORD_VARIABLE, "1")
+    with case("shape (2, 3)"):
+        close([1.0], [2.0], what="sum")
+    with case("shape (4,)"):
+        raise NotImplementedError("t1: not implemented yet")
+    close([1.0], [1.0], what="after")
+    # the failing check is reported, then the assertion it raised; the cell goes on
+    assert [(p["case"], p.get("what", "begins")) for p in shown] == [
+        ("shape (2, 3)", "begins"), ("shape (2, 3)", "sum"), ("shape (2, 3)", "shape (2, 3): raised"),
+        ("shape (4,)", "begins"), ("shape (4,)", "shape (4,): raised"), (None, "after")]
+    assert shown[2]["error"].startswith("AssertionError: ") and "sum" in shown[2]["error"]
+    assert shown[4]["error"] == "NotImplementedError: t1: not implemented yet"

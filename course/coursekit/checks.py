@@ -13,8 +13,32 @@ from needle_kernels.autograd import Tensor
 from . import record
 from .withhold import grading, reference
 
-__all__ = ["np", "ndl", "Tensor", "grading", "reference", "close", "numerical_gradients",
+__all__ = ["np", "ndl", "Tensor", "grading", "reference", "case", "close", "numerical_gradients",
            "check_op", "is_topological"]
+
+
+class case:
+    """One of a test cell's independent cases: the cell earns its points per case that passes.
+
+    In JupyterLab and ``grader validate`` the first failing case raises, as any check does. In a
+    graded run a failing case is reported and the cell goes on to the next one, and the grader
+    scores the cell by the share of the instructor's cases that pass (each with every check the
+    instructor's run made in it), naming the failing cases in the feedback.
+    """
+
+    def __init__(self, label):
+        self.label = label
+
+    def __enter__(self):
+        record.begin_case(self.label)
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        record.begin_case(None)
+        if error is None or not isinstance(error, Exception) or not record.recording():
+            return False
+        record.failure(self.label, error)
+        return True     # the case failed; the grader decides the cell
 
 
 def close(actual, expected, tol=1e-5, what="result", derived=False):

@@ -24,6 +24,7 @@ CHECK_TYPE = "application/vnd.coursekit.check+json"
 DECLARATION_TYPE = "application/vnd.coursekit.declaration+json"
 
 _task = [None]
+_case = [None]
 
 
 def recording() -> bool:
@@ -63,8 +64,16 @@ def check(what, actual, expected, tol, derived=False):
     """Report one comparison of a check (only in a graded run)."""
     if not recording():
         return
-    _display(CHECK_TYPE, {"task": _task[0], "what": str(what), "tol": float(tol), "derived": bool(derived),
-                          "actual": encode(actual), "expected": encode(expected)})
+    _display(CHECK_TYPE, {"task": _task[0], "case": _case[0], "what": str(what), "tol": float(tol),
+                          "derived": bool(derived), "actual": encode(actual), "expected": encode(expected)})
+
+
+def failure(label, error):
+    """Report that the case ``label`` stopped with ``error``."""
+    if not recording():
+        return
+    _display(CHECK_TYPE, {"task": _task[0], "case": str(label), "what": f"{label}: raised",
+                          "error": f"{type(error).__name__}: {error}"[:300]})
 
 
 def declare(assignment, tasks, blocked):
@@ -76,6 +85,14 @@ def declare(assignment, tasks, blocked):
         "tasks": {task: {name: [paths] if isinstance(paths, str) else list(paths)
                          for name, paths in names.items()} for task, names in tasks.items()},
         "blocked": list(blocked)})
+
+
+def begin_case(label):
+    """Checks made from now on report themselves as part of the case ``label`` (None: no case);
+    the case is reported as it begins (a case of plain asserts has no check to report)."""
+    _case[0] = None if label is None else str(label)
+    if label is not None and recording():
+        _display(CHECK_TYPE, {"task": _task[0], "case": _case[0], "begins": True})
 
 
 @contextmanager

@@ -37,8 +37,8 @@ CHECKS = {"math": ("isclose",),
 # replaced, or its code swapped in place, it could report the expected value as the student's.
 # Once imported (by the notebook, not by the probe: the kit must be imported after the kernel
 # is set up as the notebook sets it up), each must still run code from its own module's file.
-REPORTERS = {"coursekit.record": ("check", "encode", "_display", "recording"),
-             "coursekit.checks": ("close", "check_op", "numerical_gradients"),
+REPORTERS = {"coursekit.record": ("check", "failure", "begin_case", "encode", "_display", "recording"),
+             "coursekit.checks": ("close", "case", "check_op", "numerical_gradients"),
              "IPython.display": ("display",),
              "IPython.core.display_functions": ("display", "publish_display_data")}
 
@@ -76,9 +76,12 @@ def _grader_probe(nonce):
         for name in names:
             found = getattr(module, name, None)
             home = sys.modules.get(getattr(found, "__module__", None) or "")
-            code = getattr(found, "__code__", None)
-            if (code is None or home is None or code.co_filename != getattr(home, "__file__", None)
-                    or home.__name__.split(".")[0] != module_name.split(".")[0]):
+            # a class (a context manager) is judged by the methods that run
+            methods = ([vars(found).get(m) for m in ("__init__", "__enter__", "__exit__")]
+                       if isinstance(found, type) else [found])
+            codes = [getattr(m, "__code__", None) for m in methods]
+            if (home is None or home.__name__.split(".")[0] != module_name.split(".")[0]
+                    or any(c is None or c.co_filename != getattr(home, "__file__", None) for c in codes)):
                 report["problems"].append(f"{module_name}.{name} is not the code of its module")
     sys.stdout.write("GRADER-PROBE " + json.dumps(report) + "\n")
 _grader_probe(NONCE)
