@@ -128,6 +128,61 @@ def test_decay_is_applied_per_day(course):
         pytest.approx(3.0)
 
 
+# ---- a term of three assignments for a class of thirty ---------------------------------
+
+H, D = datetime.timedelta(hours=1), datetime.timedelta(days=1)
+# profile: {assignment: (submitted this long after its due date, raw score, extension)}
+TERM = {
+    "ontime": {"hw1": (-H, 10, None), "hw2": (-H, 9, None), "hw3": (-H, 8, None)},
+    "extended": {"hw1": (D + 23 * H, 10, D * 2), "hw2": (-H, 10, None), "hw3": (-H, 10, None)},
+    "within": {"hw1": (20 * H, 10, None), "hw2": (D + 2 * H, 10, None), "hw3": (-H, 10, None)},
+    "runsout": {"hw1": (D + H, 10, None), "hw2": (2 * D + 3 * H, 8, None), "hw3": (3 * H, 10, None)},
+    "beyond": {"hw1": (-H, 6, None), "hw2": (3 * D - H, 10, D), "hw3": (D + H, 6, None)},
+    "hours": {"hw1": (5 * H, 10, None), "hw2": (25 * H, 10, None), "hw3": (datetime.timedelta(minutes=1), 10, None)},
+}
+# worked out by hand for a budget of 3 late days, then 25% per day: {profile: ([(score, penalty)
+# of hw1, hw2, hw3], late days left)}
+# - within: 1 + 2 days, all covered; runsout: 2 covered, then 1 of 3 covered and 2 days decay
+#   (50% of 8), then 1 day with none left (25% of 10);
+# - beyond: 2 days past a 1-day extension covered, then 1 of 2 covered and 1 day decays (25% of 6);
+# - hours: 5 h and 25 h late are 1 and 2 started days, covered; a minute late then costs 25%.
+EXPECTED = {
+    "ontime": ([(10, 0), (9, 0), (8, 0)], 3),
+    "extended": ([(10, 0), (10, 0), (10, 0)], 3),
+    "within": ([(10, 0), (10, 0), (10, 0)], 0),
+    "runsout": ([(10, 0), (4, 4), (7.5, 2.5)], 0),
+    "beyond": ([(6, 0), (10, 0), (4.5, 1.5)], 0),
+    "hours": ([(10, 0), (10, 0), (7.5, 2.5)], 0),
+}
+
+
+def test_a_term_of_thirty_exports_the_hand_worked_grades(course):
+    from grader.export import export_rows
+    from grader.term import grant_extension
+
+    course = with_policy(course, penalty="late_days", late_day_budget=3, decay_per_day=0.25, grace_minutes=0)
+    dues = {"hw1": DUE, "hw2": DUE + 7 * D, "hw3": DUE + 14 * D}
+    for name, due in dues.items():
+        add_assignment(course, name, due)
+    students = {f"{profile}{i}": profile for profile in TERM for i in range(5)}
+    for name, due in dues.items():  # graded as a term goes, each assignment after its due date
+        for student, profile in students.items():
+            after, raw, extension = TERM[profile][name]
+            if extension:
+                grant_extension(course, name, student, extension)
+            submit_graded(course, name, student, due + after, float(raw))
+    got = {}
+    for index, name in enumerate(dues):
+        _, rows = export_rows(course, name)
+        for row in rows:
+            got.setdefault(row["student_id"], ([], row["late_days_left"]))[0].append(
+                (float(row["score"]), float(row["late_penalty"])))
+    assert len(got) == 30
+    for student, profile in students.items():
+        scores, left = EXPECTED[profile]
+        assert got[student] == (scores, str(left)), f"{student}: {got[student]}, worked out {EXPECTED[profile]}"
+
+
 # ---- a class of two through the command line -------------------------------------------
 
 def test_a_term_through_the_command_line(tmp_path, monkeypatch):
