@@ -9,7 +9,8 @@ with every account), `make hub`. Then, through the hub's login page:
   generates hw0 (the course's own) and releases it;
 - a student finds the lectures pulled into her home, fetches hw0 from the Assignments
   panel, answers it (the instructor's solution, written through her server), validates
-  and submits; a second student submits two of its five tasks;
+  and submits; a second student answers two of its five tasks, validates (and is told
+  what fails) and submits;
 - from the first student's running kernel: her server runs as her account, reads the
   shared MNIST, and cannot read another student's home, the course folder (source
   notebooks, gradebook), the checkout's source notebooks and history, the other
@@ -17,8 +18,10 @@ with every account), `make hub`. Then, through the hub's login page:
   sheet (test_hub_users.py proves the modes `make hub-users` sets; this proves the
   denials from a student's own process);
 - the instructor collects, autogrades (in the bubblewrap sandbox), generates and
-  releases feedback; the student fetches hers; `grader export`, run as the grader
-  account, writes the formgrader's scores.
+  releases feedback; each student fetches theirs; the hub is stopped as a crash or an
+  update stops it and started again, and the first student's server, with the kernel she
+  had running, is still there; `grader export`, run as the grader account, writes the
+  formgrader's scores.
 
 Everything made is removed at the end, failed or not: the accounts and their
 processes, the hub, the clone and the folders under /srv. The class is the committed
@@ -95,6 +98,15 @@ class MadeHub(Hub):
             self.passwords = dict(csv.reader(fh))
         self.log_path = state.parent / "hub.log"
         self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(self.argv, env=newcomer_env(), stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.wait_up()
+
+    def restart(self):
+        """Stop the hub as a crash or an update stops it (its users' servers, in sessions of
+        their own, keep running; `cleanup_servers = False`) and run `make hub` again."""
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(timeout=60)
         self.proc = subprocess.Popen(self.argv, env=newcomer_env(), stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.wait_up()
@@ -342,7 +354,8 @@ def test_a_class_on_one_server(browser, system_class, tmp_path_factory):  # noqa
 
     validation = student_answers(browser, hub, shots, ALICE, ("hw0_",), validate=True)
     assert "Success" in validation, validation
-    student_answers(browser, hub, shots, BOB, BOB_TASKS, validate=False)
+    told = student_answers(browser, hub, shots, BOB, BOB_TASKS, validate=True)
+    assert "Success" not in told and "failed" in told.lower(), told
 
     # from inside alice's running kernel: her account, the shared data, and what is closed
     alice = hub.session(ALICE)
@@ -390,15 +403,25 @@ def test_a_class_on_one_server(browser, system_class, tmp_path_factory):  # noqa
     finally:
         teacher.context.close()
 
-    page = login(browser, hub, ALICE, shots)
-    open_lab(page, ALICE)
-    open_assignments(page)
-    page.locator("#submitted_assignments_list button", has_text="Fetch Feedback").click()
-    page.wait_for_selector("#submitted_assignments_list a:has-text('view feedback')")
-    shots(page, f"{ALICE}-feedback-fetched")
-    page.context.close()
-    feedback = list(Path(f"/home/{ALICE}/{COURSE}/hw0/feedback").rglob("hw0.html"))
-    assert feedback and feedback[0].stat().st_uid == pwd.getpwnam(ALICE).pw_uid
+    for name in (ALICE, BOB):
+        page = login(browser, hub, name, shots)
+        open_lab(page, name)
+        open_assignments(page)
+        page.locator("#submitted_assignments_list button", has_text="Fetch Feedback").click()
+        page.wait_for_selector("#submitted_assignments_list a:has-text('view feedback')")
+        shots(page, f"{name}-feedback-fetched")
+        page.context.close()
+        feedback = list(Path(f"/home/{name}/{COURSE}/hw0/feedback").rglob("hw0.html"))
+        assert feedback and feedback[0].stat().st_uid == pwd.getpwnam(name).pw_uid
+
+    # the hub stops (a crash, an update) and starts again: her server and its kernel stay
+    alice = hub.session(ALICE)
+    kernel = hub.call(alice, "POST", f"/user/{ALICE}/api/kernels", json={"name": "python3"})["id"]
+    hub.restart()
+    alice = hub.session(ALICE)
+    assert kernel in {k["id"] for k in hub.call(alice, "GET", f"/user/{ALICE}/api/kernels")}, \
+        "the restarted hub lost the student's running server"
+    hub.call(alice, "DELETE", f"/user/{ALICE}/api/kernels/{kernel}")
 
     # the grades as `grader export` writes them, run as the grader account
     grades = Path(pwd.getpwnam(GRADER).pw_dir) / "grades.csv"
