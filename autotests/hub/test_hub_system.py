@@ -295,6 +295,25 @@ def student_probe(hub, paths):
         f"                  'lectures': sorted(os.listdir(os.path.expanduser('~/{COURSE}/lectures')))}}))\n")
 
 
+def resident_mb(user) -> dict:
+    """{"server": MB, "kernel": MB}: the resident memory of the user's JupyterLab server and of
+    their kernels, from /proc (the sizes the README's capacity figures are made of)."""
+    uid, found = pwd.getpwnam(user).pw_uid, {"server": 0.0, "kernel": 0.0}
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or proc.stat().st_uid != uid:
+                continue
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            kb = next(int(line.split()[1]) for line in (proc / "status").read_text().splitlines()
+                      if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            continue
+        kind = "kernel" if "ipykernel" in command else "server" if "singleuser" in command else None
+        if kind:
+            found[kind] += kb / 1024
+    return found
+
+
 def student_answers(browser, hub, shots, name, tasks, validate):  # noqa: F811 - the fixture is a parameter
     page = login(browser, hub, name, shots)
     try:
@@ -361,6 +380,10 @@ def test_a_class_on_one_server(browser, system_class, tmp_path_factory):  # noqa
     alice = hub.session(ALICE)
     kernel = hub.call(alice, "POST", f"/user/{ALICE}/api/kernels", json={"name": "python3"})["id"]
     said = run_in_kernel(hub, alice, kernel, student_probe(hub, closed_paths(hub)))
+    memory = resident_mb(ALICE)
+    print(f"\nmeasured: a student's resident memory: JupyterLab server {memory['server']:.0f} MB, "
+          f"a kernel that imported the library and read MNIST {memory['kernel']:.0f} MB")
+    assert memory["server"] > 0 and memory["kernel"] > 0, memory
     hub.call(alice, "DELETE", f"/user/{ALICE}/api/kernels/{kernel}")
     seen = json.loads(said.strip().splitlines()[-1]) if said.strip().startswith("{") else pytest.fail(said)
     assert seen["user"] == ALICE
