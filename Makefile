@@ -23,7 +23,7 @@ OPEN_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Containers and cloud images often log in as root, which JupyterLab refuses without this flag.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab hub hub-users test test-fast bench book clean torch-reference
+.PHONY: setup lab hub hub-users test test-fast bench book clean torch-reference labextension
 
 setup: $(VENV)/.installed
 	@$(BIN)/python setup.py -q build_ext --inplace -j 2 >/dev/null
@@ -36,6 +36,13 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	$(BIN)/python -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
 	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed,onnx,hub,book]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
+	@# the term in JupyterLab's assignment list: pyproject.toml's data-files install these from a
+	@# wheel, but setuptools' editable installs skip data-files, so they are put in place here
+	@# (the bundle linked, as `jupyter labextension develop` does)
+	@mkdir -p $(VENV)/etc/jupyter/jupyter_server_config.d $(VENV)/share/jupyter/labextensions
+	cp grader/jupyter/jupyter_server_config.d/grader.lab_term.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+	rm -rf $(VENV)/share/jupyter/labextensions/grader-term
+	ln -s $(abspath grader/jupyter/labextensions/grader-term) $(VENV)/share/jupyter/labextensions/grader-term
 	@touch $@
 
 lab: setup
@@ -72,6 +79,11 @@ bench: setup
 # unchanged lecture is not executed again), a page per assignment, the API reference
 book: setup
 	$(BIN)/python book/build.py
+
+# the lab extension's bundle (grader/jupyter/labextensions/grader-term), rebuilt from its
+# TypeScript source with Node and npm; the bundle is committed, so set-up needs neither
+labextension: setup
+	$(BIN)/python grader/labextension/build.py
 
 clean:
 	rm -rf build $(VENV) needle_kernels/**/*.so
