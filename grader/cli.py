@@ -298,6 +298,8 @@ def cmd_regrades(args):
         done = resolve(course, words[1], args.note, args.points)
         print(f"resolved {done.id} ({done.student}, {done.assignment} {done.part})"
               + (f": {done.part} now {args.points:g} point(s)" if args.points is not None else ""))
+        if done.feedback_rereleased:
+            print(f"feedback of {done.assignment} released again to {done.student}")
         return
     found = requests(course, words[0] if words else None)
     for r in found:
@@ -410,6 +412,22 @@ def cmd_fetch_feedback(args):
     print(f"fetched feedback for {args.assignment}: " + ", ".join(pages))
 
 
+def cmd_list(args):
+    from grader.student import FEEDBACK_STATES, assignment_list, term_status
+
+    listed = [entry for entry in assignment_list(args.course_id, args.exchange, args.student)
+              if args.assignment in (None, entry[0])]
+    if not listed:
+        raise GraderError(f"{args.assignment or 'no assignment'} is not released in {args.course_id}")
+    shown = set()
+    for assignment, status, feedback in listed:
+        print(f"{assignment} {status}" + (f": {FEEDBACK_STATES[feedback]}" if status == "submitted" else ""))
+        if assignment not in shown:
+            shown.add(assignment)
+            for line in term_status(assignment, args.course_id, args.exchange, args.student):
+                print(f"  {line}")
+
+
 def cmd_fetch_solutions(args):
     from grader.student import fetch_solutions
 
@@ -485,8 +503,11 @@ def build_parser():
         ("fetch-solutions", cmd_fetch_solutions, "fetch released solutions"),
         ("score", cmd_score, "your released score of ASSIGNMENT, part by part, and your regrade requests"),
         ("regrade", cmd_regrade, "ask for one part of ASSIGNMENT to be regraded"),
+        ("list", cmd_list, "the course's assignments: due dates, submissions, whether feedback changed"),
     ]:
-        p = command(name, func, help)
+        p = command(name, func, help, assignment=name != "list")
+        if name == "list":
+            p.add_argument("assignment", nargs="?", help="only this assignment")
         if name == "submit":
             p.add_argument("--yes", action="store_true",
                            help="submit after the due date without asking; what it costs is still "

@@ -13,6 +13,7 @@ import html
 import os
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import nbformat
 
@@ -139,3 +140,29 @@ def feedback(course, assignment, release=True, log=None) -> FeedbackReport:
             raise GraderError(f"nbgrader release_feedback failed:\n{result.get('log', '')}{result.get('error', '')}")
         report.released = True
     return report
+
+
+def rerelease(course, assignment, student) -> bool:
+    """Generate and release `student`'s feedback of `assignment` again, after their grade changed.
+
+    Only feedback released before is released again: the page replaces the one in the
+    exchange under the same name, so nbgrader's assignment list (`feedback_updated`, the
+    checksum of the student's copy against the exchange's) and `grader list` tell the
+    student it changed. Returns whether it was released again.
+    """
+    released = Path(course.exchange_root) / course.course_id / "feedback"
+    if not course.path("feedback", student, assignment).exists() or not released.is_dir():
+        return False
+    api = course.api()
+    if course.path("autograded", student, assignment).exists():
+        result = api.generate_feedback(assignment, student_id=student, force=True)
+        if not result.get("success"):
+            raise GraderError(f"nbgrader generate_feedback failed for {student}:\n"
+                              f"{result.get('log', '')}{result.get('error', '')}")
+    else:
+        _placeholder_feedback(course, assignment, student)
+    result = api.release_feedback(assignment, student_id=student)
+    if not result.get("success"):
+        raise GraderError(f"nbgrader release_feedback failed for {student}:\n"
+                          f"{result.get('log', '')}{result.get('error', '')}")
+    return True

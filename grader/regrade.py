@@ -119,6 +119,7 @@ class Request:
     filed_by: str
     verified: bool
     resolution: dict = None
+    feedback_rereleased: bool = False  # set by `resolve`: the student's feedback page went out again
 
 
 def _resolutions(course) -> Path:
@@ -173,8 +174,11 @@ def resolve(course, request_id, note, points=None) -> Request:
     write_atomic(reply, json.dumps(answer, indent=1))
     os.chmod(reply, 0o644)
     if points is not None:
+        from grader.feedback import rerelease
         from grader.scores import publish_scores
 
+        # the feedback page shows the old score until it is generated again
+        request.feedback_rereleased = rerelease(course, request.assignment, request.student)
         try:
             publish_scores(course, request.assignment, [request.student])
         except GraderError:

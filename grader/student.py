@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nbgrader.auth import Authenticator
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.exchange import ExchangeFactory
+from nbgrader.exchange import ExchangeError, ExchangeFactory
 from nbgrader.utils import capture_log
 
 from grader import GraderError
@@ -127,3 +127,52 @@ def my_regrades(assignment, course_id, exchange=None, student=None) -> list:
 
     root, cache, _ = _where(course_id, exchange, student)
     return my_requests(cache, course_id, root, assignment)
+
+
+FEEDBACK_STATES = {
+    "changed": "feedback changed since you fetched it: fetch it again (grader fetch-feedback)",
+    "ready": "feedback ready to be fetched (grader fetch-feedback)",
+    "fetched": "feedback fetched",
+    None: "no feedback yet",
+}
+
+
+def feedback_state(submissions) -> str:
+    """One of FEEDBACK_STATES's keys for an assignment's submissions as nbgrader lists them.
+
+    nbgrader compares the checksum of the student's copy of each feedback page with the
+    exchange's (`feedback_updated`), so feedback released again after a regrade counts as
+    changed, as the Assignments panel shows it.
+    """
+    if any(s.get("feedback_updated") for s in submissions):
+        return "changed"
+    latest = submissions[-1] if submissions else {}
+    if latest.get("has_local_feedback"):
+        return "fetched"
+    if latest.get("has_exchange_feedback"):
+        return "ready"
+    return None
+
+
+def assignment_list(course_id, exchange=None, student=None) -> list:
+    """[(assignment, status, feedback state or None)] of the course for this student:
+    released or fetched (nbgrader's list), then submitted (its list of the local cache)."""
+    from nbgrader.exchange.default.list import ExchangeList
+
+    listed = []
+    for cached in (False, True):
+        cfg = student_config(course_id, exchange, student or getpass.getuser())
+        cfg.ExchangeList.cached = cached
+        lister = ExchangeList(coursedir=CourseDirectory(config=cfg), authenticator=Authenticator(config=cfg),
+                              config=cfg)
+        try:
+            found = lister.start()
+        except ExchangeError as err:
+            raise GraderError(f"cannot list the assignments of {course_id}: {err}") from None
+        who = cfg.CourseDirectory.student_id
+        for entry in found:
+            if cached and entry.get("student_id") not in (who, None):
+                continue  # another account's submission in a shared cache
+            state = feedback_state(entry.get("submissions", [])) if cached else None
+            listed.append((entry["assignment_id"], entry["status"], state))
+    return sorted(listed)

@@ -311,10 +311,48 @@ def check_scores_and_regrades(instructor, student, root, exchange, students):
 
     listed = instructor("regrades").stdout
     assert f"{rid} ada" in listed and "UNVERIFIED" not in listed and "1 open" in listed
-    instructor("regrades", "resolve", rid, "--points", "2", "--note", "agreed")
+    assert "ps1 submitted: feedback ready to be fetched" in student("ada", "list").stdout
+    student("ada", "fetch-feedback", "ps1")
+    assert "ps1 submitted: feedback fetched\n" in student("ada", "list").stdout
+    assert not nbgrader_feedback_updated(students["ada"], exchange, "ada")
+    resolved = instructor("regrades", "resolve", rid, "--points", "2", "--note", "agreed").stdout
+    assert "feedback of ps1 released again to ada" in resolved
+    # the page now shows the new score: nbgrader's own list sees it differ from ada's copy
+    assert nbgrader_feedback_updated(students["ada"], exchange, "ada") == [
+        "c1 ada ps1 {} (feedback ready to be fetched)"]
+    changed = student("ada", "list", "ps1").stdout
+    assert "ps1 submitted: feedback changed since you fetched it" in changed and "due " in changed
+    assert "feedback changed" not in student("bob", "list").stdout
+    student("ada", "fetch-feedback", "ps1")
+    assert "ps1 submitted: feedback fetched\n" in student("ada", "list").stdout
     from grader_testkit import gradebook_scores
     assert gradebook_scores(root, "ps1")["ada"]["explain"] == 2
     shown = student("ada", "score", "ps1").stdout
     assert "ps1: 7/7" in shown and f"regrade request {rid} on explain: answered: agreed (2 point(s))" in shown
     assert "regrade request" not in student("bob", "score", "ps1").stdout
     assert "0 open" in instructor("regrades").stdout
+
+
+def nbgrader_feedback_updated(student_dirs, exchange, name):
+    """nbgrader's ExchangeList over the student's cached submissions, as the Assignments
+    panel lists them: the line nbgrader prints for each whose feedback it finds updated."""
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange.default.list import ExchangeList
+    from grader.course import student_config
+
+    work, home = student_dirs
+    saved_home, saved_cwd = os.environ["HOME"], os.getcwd()
+    os.environ["HOME"] = str(home)
+    os.chdir(work)
+    try:
+        cfg = student_config("c1", exchange, name)
+        cfg.ExchangeList.cached = True
+        lister = ExchangeList(coursedir=CourseDirectory(config=cfg), authenticator=Authenticator(config=cfg),
+                              config=cfg)
+        found = [info for entry in lister.start() for info in entry["submissions"]]
+        return [lister.format_inbound_assignment(info).replace(info["timestamp"], "{}")
+                for info in found if info["feedback_updated"]]
+    finally:
+        os.environ["HOME"] = saved_home
+        os.chdir(saved_cwd)
