@@ -9,6 +9,9 @@ page and checks that
   nothing outside the site (the book reads offline), and each link between pages has a target;
 * a lecture page shows its figures (each ``img`` loaded) and its math rendered by MathJax;
 * the search page finds, for a word that only one of the lectures uses, that lecture;
+* every numbered exercise of every lecture's ungraded exercises has its solution under it, in a
+  ``:::{dropdown} Solution`` block, and a built lecture page shows each as a closed dropdown (the
+  student opens it after trying);
 * no file of the site holds ``BEGIN SOLUTION``, ``BEGIN HIDDEN TESTS``, or any line of 40 characters
   or more from a ``### BEGIN SOLUTION`` region of an assignment (the graded solutions), other than the
   few idioms every text on the subject shares (``IDIOMS``).
@@ -276,3 +279,35 @@ def test_the_assignment_page_is_its_notebooks_description(site):
                   for line in cell.source.splitlines() if len(line.strip()) >= MIN_SOLUTION_LINE}
     copied = [line for line in code_lines if line in text]
     assert not copied, f"code of {ASSIGNMENT}.ipynb on its page: {copied[:5]}"
+
+
+SOLUTION = ":::{dropdown} Solution"
+
+
+def exercises(path):
+    """The items of a lecture's numbered list under ``## Exercises``, each with the text up to the next item
+    (its solution included)."""
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    head, _, rest = text.partition("\n## Exercises")
+    assert rest, f"{path.stem}: no exercise section"
+    section = rest.split("\n## ", 1)[0]
+    return re.split(r"(?m)^\d+\. ", section)[1:]
+
+
+def test_every_lecture_exercise_has_a_solution_to_open():
+    missing, counted = [], 0
+    for path in book.lecture_paths():
+        items = exercises(path)
+        assert items, f"{path.stem}: its exercise section has no numbered exercises"
+        missing += [f"{path.stem}: exercise {i}" for i, item in enumerate(items, 1) if item.count(SOLUTION) != 1]
+        counted += len(items)
+    assert not missing, "exercises without exactly one solution dropdown:\n" + "\n".join(missing)
+    assert counted > 100, f"found only {counted} exercises"
+
+
+def test_a_lecture_page_shows_each_solution_as_a_closed_dropdown(site):
+    for path in book.lecture_paths(LECTURES):
+        page = (site / "lectures" / f"{path.stem}.html").read_text(encoding="utf-8")
+        dropdowns = re.findall(r"<details\b[^>]*\bsd-dropdown\b[^>]*>", page)
+        assert len(dropdowns) == len(exercises(path)), f"{path.stem}: {len(dropdowns)} dropdowns on its page"
+        assert not [d for d in dropdowns if re.search(r"\sopen\b", d)], f"{path.stem}: a solution is shown open"
