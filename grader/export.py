@@ -7,7 +7,10 @@ another student's, found by `grader similarity`), never shown to students. The o
 formats are what each system imports (`grader.lms_formats`).
 
 Read from the gradebook only, so it shows manual grades and late penalties as they
-are now. Students without a submission get an empty row marked `submitted = no`.
+are now. Students without a submission get an empty row marked `submitted = no`, also
+when nbgrader holds a submission row for them because an extension was granted before
+they submitted; one collected but not autograded yet is `yes, not graded yet`, also
+without a score. Every format leaves such a score empty, never 0.
 """
 
 import csv
@@ -19,6 +22,8 @@ from grader.settings import LatePolicy, LmsExport
 
 FIXED = ["student_id", "lms_user_id", "first_name", "last_name", "email", "submitted",
          "timestamp", "seconds_late", "extension", "days_late", "late_days_used", "late_days_left"]
+# collected but not autograded yet: no score until it is
+NOT_GRADED = "yes, not graded yet"
 TOTALS = ["raw_score", "late_penalty", "score", "max_score", "needs_manual_grade", "late_policy",
           "instructor_notes"]
 
@@ -53,9 +58,13 @@ def export_rows(course, assignment):
                 from grader.term import format_duration
 
                 row.update(extension=format_duration(sub.extension))
-            # an extension granted before submitting is a submission without a timestamp
-            if sub is None or (sub.timestamp is None and not course.path("submitted", student.id, assignment).is_dir()):
-                row.update(submitted="no")
+            # An extension granted before submitting is a submission row without a timestamp,
+            # whose score nbgrader reports as 0: until autograde has graded a collected
+            # submission, the row is "not submitted" (or not graded yet) with every score empty.
+            # (A graded submission can lack a timestamp too, when its timestamp.txt was missing.)
+            if sub is None or (sub.timestamp is None and not course.path("autograded", student.id, assignment).is_dir()):
+                collected = course.path("submitted", student.id, assignment).is_dir()
+                row.update(submitted=NOT_GRADED if collected else "no")
                 rows.append(row)
                 continue
             cost = assess(gb, rule, assignment, student.id)

@@ -128,6 +128,50 @@ def test_decay_is_applied_per_day(course):
         pytest.approx(3.0)
 
 
+@pytest.mark.parametrize("penalty", ["zero", "late_days"])
+def test_an_extension_without_a_submission_is_exported_as_not_submitted(course, tmp_path, penalty):
+    """nbgrader keeps an extension on a submission row, so one granted before the student
+    submits makes a row with no timestamp and a score of 0: every export must read it as
+    "not submitted" (no score), never as a zero, with or without a late penalty."""
+    from grader.export import export, export_rows
+    from grader.term import grant_extension, parse_duration
+
+    course = with_policy(course, penalty=penalty, late_day_budget=2, decay_per_day=0.5, grace_minutes=0)
+    add_assignment(course, "hw1", DUE)
+    grant_extension(course, "hw1", "cyd", parse_duration("2d"))
+    assert submit_graded(course, "hw1", "ada", DUE + datetime.timedelta(days=1), 8.0) == \
+        (8.0 if penalty == "zero" else 0)
+    with course.gradebook() as gb:  # the premise: nbgrader made cyd a submission scored 0
+        row = gb.find_submission("hw1", "cyd")
+        assert (row.timestamp, row.score, row.extension) == (None, 0, datetime.timedelta(days=2))
+
+    _, rows = export_rows(course, "hw1")
+    rows = {row["student_id"]: row for row in rows}
+    assert rows["cyd"]["submitted"] == "no" and rows["cyd"]["extension"] == "2d"
+    for column in ("score", "raw_score", "late_penalty", "days_late", "late_days_used", "late_policy"):
+        assert rows["cyd"].get(column, "") == "", (column, rows["cyd"])
+    assert rows["ada"]["submitted"] == "yes" and rows["ada"]["score"] == ("0" if penalty == "zero" else "8")
+
+    scores = {}
+    for fmt, column in (("canvas", -1), ("moodle", -1), ("gradescope", 3)):
+        export(course, "hw1", tmp_path / f"{fmt}.csv", fmt)
+        table = read_csv(tmp_path / f"{fmt}.csv")
+        body = [r for r in table[1:] if r[0] != "Points Possible"]
+        scores[fmt] = [r[column] for r in body]
+        assert len(body) == 2
+    # rows are ada's then cyd's; cyd's score is empty, which each LMS imports as "no change"
+    assert all(found[1] == "" and found[0] != "" for found in scores.values()), scores
+    assert read_csv(tmp_path / "gradescope.csv")[2][4] == ""  # nor any Max Points for her
+
+    # collected but not autograded yet: still no score, though said to be submitted
+    (course.path("submitted", "cyd", "hw1")).mkdir(parents=True)
+    _, rows = export_rows(course, "hw1")
+    cyd = next(row for row in rows if row["student_id"] == "cyd")
+    assert cyd["submitted"] == "yes, not graded yet" and cyd.get("score", "") == ""
+    export(course, "hw1", tmp_path / "canvas.csv", "canvas")
+    assert read_csv(tmp_path / "canvas.csv")[3][-1] == ""
+
+
 # ---- a term of three assignments for a class of thirty ---------------------------------
 
 H, D = datetime.timedelta(hours=1), datetime.timedelta(days=1)
