@@ -57,6 +57,10 @@ static float nk_shuffle[32][32];
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static  // blocks run one at a time, so one copy per kernel
+#define __align__(n) __attribute__((aligned(n)))
+
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 inline void __syncthreads() { nk_block_barrier->arrive_and_wait(); }
 
@@ -380,7 +384,9 @@ def test_compact_rank_limit_and_bad_views(be):
 
 # ---------------------------------------------------------------- matmul
 
-@pytest.mark.parametrize("m,n,p", [(1, 1, 1), (1, 5, 1), (63, 65, 129), (64, 64, 64), (130, 7, 67), (3, 0, 4)])
+# n and p multiples of 4 take the four-float loads and stores; the others the element-wise ones
+@pytest.mark.parametrize("m,n,p", [(1, 1, 1), (1, 5, 1), (63, 65, 129), (64, 64, 64), (130, 7, 67), (3, 0, 4),
+                                   (129, 36, 132), (1, 4, 4), (257, 12, 8)])
 def test_matmul_matches_reference(be, m, n, p):
     a = rng.standard_normal((m, n)).astype(np.float32)
     b = rng.standard_normal((n, p)).astype(np.float32)
@@ -390,12 +396,13 @@ def test_matmul_matches_reference(be, m, n, p):
 
 
 def test_matmul_batched_and_tiled(be):
-    batch, m, n, p = 5, 17, 33, 9  # more batches than the capped grid's z
-    a = rng.standard_normal((batch, m, n)).astype(np.float32)
-    b = rng.standard_normal((batch, n, p)).astype(np.float32)
-    out = be.Array(batch * m * p)
-    be.matmul_batched(_put(be, a), _put(be, b), out, batch, m, n, p)
-    np.testing.assert_allclose(_get(be, out).reshape(batch, m, p), a @ b, rtol=1e-4, atol=1e-4)
+    # more batches than the capped grid's z; element-wise and four-float loads
+    for batch, m, n, p in [(5, 17, 33, 9), (5, 9, 20, 136)]:
+        a = rng.standard_normal((batch, m, n)).astype(np.float32)
+        b = rng.standard_normal((batch, n, p)).astype(np.float32)
+        out = be.Array(batch * m * p)
+        be.matmul_batched(_put(be, a), _put(be, b), out, batch, m, n, p)
+        np.testing.assert_allclose(_get(be, out).reshape(batch, m, p), a @ b, rtol=1e-4, atol=1e-4)
 
     t = be.__tile_size__
     m, n, p = 9 * t, 3 * t, 10 * t

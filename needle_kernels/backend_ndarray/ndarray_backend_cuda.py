@@ -65,15 +65,17 @@ MAX_BLOCKS = 65535    # grid cap per dimension; grid-stride loops cover the rest
 # the same numbers, so a kernel and its launch cannot disagree.
 LAUNCH_GEOMETRY = {
     "NK_THREADS": 256,         # threads per block of the 1-D kernels (and at most, of the row reductions)
-    "NK_MATMUL_BLOCK": 64,     # the square tile of out one matmul block computes
-    "NK_MATMUL_THREADS": 256,  # threads per matmul block: 16 x 16, each owning a 4 x 4 patch of the tile
+    "NK_MATMUL_BLOCK": 128,    # the square tile of out one matmul block computes
+    "NK_MATMUL_THREADS": 256,  # threads per matmul block: 16 x 16, each owning an 8 x 8 patch of the tile
     "NK_MIDDLE_LANES": 32,     # blockDim.x of the middle-axis reductions: one warp along the inner axis
     "NK_MIDDLE_ROWS": 8,       # blockDim.y of the middle-axis reductions, a power of two
-    "NK_CONV_DEPTH": 16,       # pixels or taps the implicit convolutions stage per step (their tile is matmul's)
+    "NK_CONV_TILE": 64,        # the square tile of out one implicit-convolution block computes (16 x 16 threads)
+    "NK_CONV_DEPTH": 16,       # pixels or taps the implicit convolutions stage per step
 }
 THREADS = LAUNCH_GEOMETRY["NK_THREADS"]
 _MATMUL_BLOCK = LAUNCH_GEOMETRY["NK_MATMUL_BLOCK"]
 _MATMUL_THREADS = LAUNCH_GEOMETRY["NK_MATMUL_THREADS"]
+_CONV_TILE = LAUNCH_GEOMETRY["NK_CONV_TILE"]
 _CONV_DEPTH = LAUNCH_GEOMETRY["NK_CONV_DEPTH"]
 _MIDDLE_BLOCK = (LAUNCH_GEOMETRY["NK_MIDDLE_LANES"], LAUNCH_GEOMETRY["NK_MIDDLE_ROWS"], 1)
 
@@ -713,7 +715,7 @@ def _implicit_geometry(name, a, shape, strides, offset, k, s, pad_h, pad_w, ho, 
 
 
 def _tiles(d):
-    return -(-d // _MATMUL_BLOCK)
+    return -(-d // _CONV_TILE)
 
 
 def _implicit_grid(rows, cols, splits=1):

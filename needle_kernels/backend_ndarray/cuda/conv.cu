@@ -135,8 +135,9 @@ extern "C" __global__ void winograd_weight_output(const float* __restrict__ m, f
 
 // Implicit-GEMM convolution (ndarray_backend_numpy.conv_implicit / conv_implicit_weight_grad):
 // out = X @ w and out = X^T @ g for the im2col matrix X of a strided NHWC image view, X never
-// stored. Both are matmul.cu's tiled product with X's tile gathered from the image where
-// matmul.cu loads a: a block of NK_MATMUL_THREADS threads owns a CONV_TILE x CONV_TILE tile of
+// stored. Both are a tiled product like matmul.cu's (one copy of the staged tiles, smaller
+// tiles: a convolution's c_out is often 16 to 128), with X's tile gathered from the image where
+// a product loads a: a block of NK_MATMUL_THREADS threads owns a CONV_TILE x CONV_TILE tile of
 // out, stages CONV_DEPTH steps of the summed dimension of both operands in shared memory and
 // each thread accumulates a CONV_PATCH x CONV_PATCH patch in registers, reading every staged
 // value CONV_PATCH times and every gathered image value CONV_TILE times. The zero padding is a bounds check on the read.
@@ -145,14 +146,14 @@ extern "C" __global__ void winograd_weight_output(const float* __restrict__ m, f
 // n*ho*wo pixels, too few blocks for a GPU; so the pixels are cut into ``splits`` contiguous runs
 // (blockIdx.z), each writing its own partial product, and conv_implicit_weight_sum adds them in
 // run order. Every sum is taken in a fixed order, with no atomics, so results repeat bit for bit.
-#if !defined(NK_MATMUL_BLOCK) || !defined(NK_MATMUL_THREADS) || !defined(NK_CONV_DEPTH)
+#if !defined(NK_CONV_TILE) || !defined(NK_MATMUL_THREADS) || !defined(NK_CONV_DEPTH)
 #error "compile with the -D flags of ndarray_backend_cuda.compile_defines()"
 #endif
-#define CONV_TILE NK_MATMUL_BLOCK
+#define CONV_TILE NK_CONV_TILE
 #define CONV_DEPTH NK_CONV_DEPTH
 #define CONV_PATCH (CONV_TILE / 16)  // each of the 16 x 16 threads owns CONV_PATCH rows and columns of the tile
 static_assert(NK_MATMUL_THREADS == 256, "the convolution block is 16 x 16 threads");
-static_assert(NK_MATMUL_BLOCK % 16 == 0, "each of the 16 x 16 threads owns whole rows and columns of the tile");
+static_assert(CONV_TILE % 16 == 0, "each of the 16 x 16 threads owns whole rows and columns of the tile");
 static_assert(CONV_TILE + CONV_DEPTH <= NK_MATMUL_THREADS, "a thread per row of the tile, and others per step");
 static_assert(CONV_TILE * CONV_DEPTH % NK_MATMUL_THREADS == 0, "the staged tiles split evenly over the threads");
 
