@@ -246,6 +246,34 @@ def _publish_term(course):
         log.warning("could not publish the term to the exchange: %s", err)
 
 
+def cmd_comments(args):
+    from grader.comment_bank import bank
+    from grader.course import load_course
+
+    known = bank(load_course())
+    for name, text in sorted(known.items()):
+        print(f"  {name}: {text}")
+    print(f"{len(known)} comment(s) in the bank (c.CommentBank.comments in nbgrader_config.py)")
+
+
+def cmd_comment(args):
+    from grader.comment_bank import add_comments, clear_comment
+    from grader.course import load_course
+
+    course = load_course()
+    where = f"{args.student}'s {args.assignment} {args.cell}"
+    if args.clear:
+        if args.names:
+            raise GraderError("--clear empties the comment; name no comment with it")
+        clear_comment(course, args.assignment, args.student, args.cell, args.notebook)
+        print(f"cleared the comment on {where}")
+        return
+    text = add_comments(course, args.assignment, args.student, args.cell, args.names, args.notebook)
+    print(f"the comment on {where} (the formgrader shows it):")
+    for line in text.splitlines():
+        print(f"  {line}")
+
+
 def cmd_extend(args):
     from grader.course import load_course
     from grader.term import extensions, format_duration, grant_extension, parse_duration
@@ -482,6 +510,14 @@ def build_parser():
     p = command("extend", cmd_extend, "give a student an extension (none given: list the extensions)")
     p.add_argument("student", nargs="?")
     p.add_argument("duration", nargs="?", help="e.g. 2d, 36h, 1d12h, 90m; 0 removes it")
+    command("comments", cmd_comments, "list the comment bank (c.CommentBank.comments)", assignment=False)
+    p = command("comment", cmd_comment, "add comments of the bank to a student's answer, as the formgrader's "
+                "comment box holds them")
+    p.add_argument("student")
+    p.add_argument("cell", help="the answer's cell name (its grade id)")
+    p.add_argument("names", nargs="*", help="names of comments in the bank")
+    p.add_argument("--notebook", help="the notebook, when several have a cell of that name")
+    p.add_argument("--clear", action="store_true", help="empty the answer's comment")
     command("term", cmd_term, "show the late rule, due dates, extensions and late days, and publish them "
             "to the students", assignment=False)
     p = command("regrades", cmd_regrades, "list regrade requests ([ASSIGNMENT]), or answer one "

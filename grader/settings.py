@@ -91,3 +91,14 @@ class LmsExport(Configurable):
         help="Canvas's id of each assignment ({'hw1': 12345}): the column is then 'hw1 (12345)', "
              "which Canvas matches to that assignment instead of creating a new one.",
     ).tag(config=True)
+
+
+class CommentBank(Configurable):
+    """Comments written once and put on answers while grading by hand (`grader comment`)."""
+
+    comments = Dict(
+        value_trait=Unicode(), default_value={},
+        help="Reusable comments by short name ({'units': 'Say which units each quantity is in.'}); "
+             "`grader comment ASSIGNMENT STUDENT CELL NAME...` adds them to the answer's comment, "
+             "which the formgrader shows.",
+    ).tag(config=True)
