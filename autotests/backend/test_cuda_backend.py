@@ -308,7 +308,7 @@ def test_elementwise_in_place_and_nan(be):
 
 def test_fill_and_grid_stride(be, monkeypatch):
     monkeypatch.setattr(cu, "MAX_BLOCKS", 1)
-    out = be.Array(3 * cu.THREADS + 5)  # one block walks the array four times
+    out = be.Array(4 * 3 * cu.THREADS + 5)  # one block walks the array's float4s three times, then the tail
     be.fill(out, 2.5)
     np.testing.assert_array_equal(_get(be, out), 2.5)
     assert be.last_launch() == f"grid=(1,1,1) block=({cu.THREADS},1,1)"
@@ -432,6 +432,23 @@ def test_reduce_rows(be, n_out, r):
         getattr(be, f"reduce_{op}")(_put(be, x), out, r)
         expect = getattr(x.reshape(n_out, r), op)(axis=1)
         np.testing.assert_allclose(_get(be, out), expect, rtol=1e-5, atol=1e-5, err_msg=op)
+
+
+@pytest.mark.parametrize("n_out,r", [(1, 1000), (3, 777), (2, 129), (1, 5)])
+def test_reduce_long_rows_in_parts(be, monkeypatch, n_out, r):
+    """Few long rows are cut into parts reduced by blocks of their own, then the partials:
+    parts of 64 here, the last one shorter; a NaN in one part reaches the row's max."""
+    monkeypatch.setattr(cu, "ROW_PART", 64)
+    monkeypatch.setattr(cu, "ROW_BLOCKS", 8)
+    x = rng.standard_normal(n_out * r).astype(np.float32)
+    x[-2] = np.nan if r > 2 else x[-2]
+    for op in ("sum", "max"):
+        out = be.Array(n_out)
+        getattr(be, f"reduce_{op}")(_put(be, x), out, r)
+        expect = getattr(x.reshape(n_out, r), op)(axis=1)
+        np.testing.assert_allclose(_get(be, out), expect, rtol=1e-5, atol=1e-5, err_msg=op)
+    parts = cu._row_parts(n_out, r)
+    assert parts == (1 if r < 128 else min(-(-r // 64), -(-8 // n_out)))
 
 
 @pytest.mark.parametrize("outer,r,inner", [(2, 3, 1), (3, 5, 7), (1, 1, 40), (2, 100, 33), (4, 9, 65), (0, 3, 5)])

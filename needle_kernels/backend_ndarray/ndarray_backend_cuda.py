@@ -261,6 +261,11 @@ def grid_1d(n, threads=THREADS):
     return (blocks, 1, 1), (threads, 1, 1)
 
 
+def grid_map(n):
+    """grid_1d for elementwise.cu's maps, whose threads take four floats at a time."""
+    return grid_1d(-(-n // 4))
+
+
 def _launch(kernel, grid, block, args):
     global _last_launch
     _last_launch = "grid=({},{},{}) block=({},{},{})".format(*grid, *block)
@@ -313,7 +318,7 @@ def fill(out, val):
     _check_arrays("fill", out=out)
     val = check_scalar("fill", val)
     if out.size:
-        _launch(_kernel("fill"), *grid_1d(out.size), (out.array, _f32(val), _i64(out.size)))
+        _launch(_kernel("fill"), *grid_map(out.size), (out.array, _f32(val), _i64(out.size)))
 
 
 # ---------------------------------------------------------------- strided copies
@@ -403,7 +408,7 @@ def _ewise(name):
         _check_arrays(name, a=a, b=b, out=out)
         check_same_size(name, a=a, b=b, out=out)
         if out.size:
-            _launch(_kernel(name), *grid_1d(out.size),
+            _launch(_kernel(name), *grid_map(out.size),
                     (a.array, b.array, out.array, _i64(out.size)))
     kernel.__name__ = name
     kernel.__doc__ = f"out = {name[6:]}(a, b) element-wise on compact arrays of equal size."
@@ -417,7 +422,7 @@ def _scalar(name):
         check_same_size(name, a=a, out=out)
         val = check_scalar(name, val)
         if out.size:
-            _launch(_kernel(name), *grid_1d(out.size),
+            _launch(_kernel(name), *grid_map(out.size),
                     (a.array, _f32(val), out.array, _i64(out.size)))
     kernel.__name__ = name
     kernel.__doc__ = f"out = {name[7:]}(a, val) element-wise with a float scalar."
@@ -430,7 +435,7 @@ def _unary(name):
         _check_arrays(name, a=a, out=out)
         check_same_size(name, a=a, out=out)
         if out.size:
-            _launch(_kernel(name), *grid_1d(out.size), (a.array, out.array, _i64(out.size)))
+            _launch(_kernel(name), *grid_map(out.size), (a.array, out.array, _i64(out.size)))
     kernel.__name__ = name
     kernel.__doc__ = f"out = {name[6:]}(a) element-wise."
     return kernel
@@ -520,15 +525,38 @@ def matmul_tiled(a, b, out, m, n, p):
 
 # ---------------------------------------------------------------- reductions
 
+# Rows of at least this many elements are cut into parts of about this length, each reduced
+# by a block of its own, when the rows alone would give fewer than ROW_BLOCKS blocks.
+ROW_PART = 16384
+ROW_BLOCKS = 1024
+
+
+def _row_parts(n_out, reduce_size):
+    if n_out >= ROW_BLOCKS or reduce_size < 2 * ROW_PART:
+        return 1
+    return int(min(-(-reduce_size // ROW_PART), -(-ROW_BLOCKS // n_out)))
+
+
 def _rows_launch(op, a, out, n_out, reduce_size):
     if n_out == 0:
         return
-    # One block per output row: as many threads as the row has elements,
+    parts = _row_parts(n_out, reduce_size)
+    if parts > 1:  # each part to a partial result, then the (n_out, parts) partials as rows
+        partial = Array(n_out * parts)
+        _rows_kernel(op, a, partial, n_out, reduce_size, parts)
+        _rows_kernel(op, partial, out, n_out, parts, 1)
+    else:
+        _rows_kernel(op, a, out, n_out, reduce_size, 1)
+
+
+def _rows_kernel(op, a, out, n_out, reduce_size, parts):
+    # One block per output (row or part of a row): as many threads as it has elements,
     # rounded up to whole warps, at most THREADS.
-    threads = min(THREADS, max(32, 1 << (int(reduce_size) - 1).bit_length()))
-    grid = (min(n_out, MAX_BLOCKS), 1, 1)
+    run = -(-int(reduce_size) // parts)
+    threads = min(THREADS, max(32, 1 << (run - 1).bit_length()))
+    grid = (min(n_out * parts, MAX_BLOCKS), 1, 1)
     _launch(_kernel(f"reduce_{op}_rows"), grid, (threads, 1, 1),
-            (a.array, out.array, _i64(n_out), _i64(reduce_size)))
+            (a.array, out.array, _i64(n_out), _i64(reduce_size), _i64(parts)))
 
 
 def _middle_launch(op, a, out, outer, reduce_size, inner):

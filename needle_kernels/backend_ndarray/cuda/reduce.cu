@@ -1,9 +1,10 @@
 // Reductions (sum, max) of compact float32 arrays.
 //
 // reduce_*_rows: a (n_out, R) reduced over its contiguous last axis. One
-//   block per output row (grid-stride over rows): threads stride along the
-//   row (coalesced), then the block combines its partial results with warp
-//   shuffles and one shared-memory exchange between warps.
+//   block per output row (grid-stride over rows), or per part of a row where
+//   the rows are few and long: threads stride along the row (coalesced), then
+//   the block combines its partial results with warp shuffles and one
+//   shared-memory exchange between warps.
 // reduce_*_middle: a (outer, R, inner) reduced over the middle axis. 32
 //   threads in x cover 32 neighbouring outputs along inner, so every load
 //   of a warp is one contiguous 128-byte line; 8 rows of threads in y split
@@ -58,14 +59,21 @@ __device__ __forceinline__ float block_reduce(float v, Op op) {
     return v;
 }
 
+// out[o * parts + q] = the reduction of part q of row o, the parts cutting each row into
+// runs of ceil(R / parts). parts > 1 for a few long rows (a whole-array sum is one row):
+// one block per row would leave the GPU's other multiprocessors idle, so a first launch
+// reduces the parts in blocks of their own and a second the (n_out, parts) partials.
 template <class Op>
-__device__ __forceinline__ void reduce_rows(const float* a, float* out, index_t n_out, index_t R, Op op) {
-    for (index_t o = blockIdx.x; o < n_out; o += gridDim.x) {
+__device__ __forceinline__ void reduce_rows(const float* a, float* out, index_t n_out, index_t R, index_t parts, Op op) {
+    const index_t run = (R + parts - 1) / parts;
+    for (index_t piece = blockIdx.x; piece < n_out * parts; piece += gridDim.x) {
+        const index_t o = piece / parts, q = piece % parts;
         const float* row = a + o * R;
+        const index_t end = (q + 1) * run < R ? (q + 1) * run : R;
         float acc = Op::identity();
-        for (index_t r = threadIdx.x; r < R; r += blockDim.x) acc = op(acc, row[r]);
+        for (index_t r = q * run + threadIdx.x; r < end; r += blockDim.x) acc = op(acc, row[r]);
         acc = block_reduce(acc, op);
-        if (threadIdx.x == 0) out[o] = acc;
+        if (threadIdx.x == 0) out[piece] = acc;
     }
 }
 
@@ -96,12 +104,12 @@ __device__ __forceinline__ void reduce_middle(const float* a, float* out, index_
     }
 }
 
-extern "C" __global__ void reduce_sum_rows(const float* a, float* out, index_t n_out, index_t R) {
-    reduce_rows(a, out, n_out, R, SumOp());
+extern "C" __global__ void reduce_sum_rows(const float* a, float* out, index_t n_out, index_t R, index_t parts) {
+    reduce_rows(a, out, n_out, R, parts, SumOp());
 }
 
-extern "C" __global__ void reduce_max_rows(const float* a, float* out, index_t n_out, index_t R) {
-    reduce_rows(a, out, n_out, R, MaxOp());
+extern "C" __global__ void reduce_max_rows(const float* a, float* out, index_t n_out, index_t R, index_t parts) {
+    reduce_rows(a, out, n_out, R, parts, MaxOp());
 }
 
 extern "C" __global__ void __launch_bounds__(MIDDLE_LANES * MIDDLE_ROWS)
