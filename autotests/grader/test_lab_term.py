@@ -2,7 +2,8 @@
 lab extension's committed bundle (grader/labextension/) and both in a real browser.
 
 A course releases ps1 (due in two days, alice has a 2-day extension, late-day budget 3)
-and ps2 (no extension); alice fetches ps1. Her JupyterLab is started the way `pip install`
+and ps2 (no extension); alice fetches ps1, submits it and fetches its feedback, which a
+regrade then releases again. Her JupyterLab is started the way `pip install`
 sets every JupyterLab of the environment up (grader/jupyter/ holds the config file and the
 bundle pyproject.toml installs), with her zone America/New_York; GET /grader/term answers
 her lines, and nbgrader's Assignments panel shows them in each row. The panel is saved as
@@ -20,10 +21,12 @@ import sys
 import time
 import tomllib
 
+import nbformat
 import pytest
 import requests
 
 from grader_testkit import FIXTURES, REPO, environment, grader, grader_inprocess
+from simulated_class import solved
 
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "grader" / "labextension"))
@@ -68,7 +71,9 @@ def lab(tmp_path_factory):
     home.mkdir()
     grader(["init", root, "--course-id", "c1", "--exchange", exchange], tmp, home)
     with open(root / "nbgrader_config.py", "a") as fh:
-        fh.write('\nc.LatePolicy.penalty = "late_days"\nc.LatePolicy.late_day_budget = 3\n')
+        # the sandbox is tested elsewhere; this course's own fixture runs unconfined
+        fh.write('\nc.LatePolicy.penalty = "late_days"\nc.LatePolicy.late_day_budget = 3\n'
+                 'c.Sandbox.mode = "none"\n')
     (tmp / "roster.csv").write_text("id,first_name,last_name,email,lms_user_id\nalice,Alice,A,,1\n")
     grader_inprocess(["roster", tmp / "roster.csv"], root, home)
     due = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(days=2)
@@ -82,8 +87,22 @@ def lab(tmp_path_factory):
     work, alice_home = tmp / "alice", tmp / "alice-home"
     work.mkdir()
     alice_home.mkdir()
-    grader_inprocess(["fetch", "ps1", "--course-id", "c1", "--exchange", exchange, "--student", "alice"],
-                     work, alice_home)
+
+    def alice(*args):
+        return grader_inprocess([*args, "--course-id", "c1", "--exchange", exchange, "--student", "alice"],
+                                work, alice_home)
+
+    # ps1: fetched, submitted, graded, its feedback fetched, then released again by a regrade
+    alice("fetch", "ps1")
+    notebook = work / "ps1" / "ps1.ipynb"
+    nbformat.write(solved(nbformat.read(str(notebook), as_version=4)), str(notebook))
+    alice("submit", "ps1", "--yes")
+    for step in (["collect", "ps1"], ["autograde", "ps1"], ["feedback", "ps1"]):
+        grader_inprocess(step, root, home)
+    alice("fetch-feedback", "ps1")
+    request = alice("regrade", "ps1", "--part", "explain", "--reason", "see my answer").stdout
+    request_id = request.split("request ")[1].split()[0]
+    grader_inprocess(["regrades", "resolve", request_id, "--points", "2", "--note", "agreed"], root, home)
     (work / "nbgrader_config.py").write_text(
         f"c = get_config()\nc.CourseDirectory.course_id = 'c1'\nc.Exchange.root = {str(exchange)!r}\n"
         "c.CourseDirectory.student_id = 'alice'\n")
@@ -152,7 +171,9 @@ def test_the_server_answers_alices_term(lab):
     for name, lines in expected_lines(lab["due"]).items():
         assert body["assignments"][name]["lines"][:len(lines)] == lines
         assert body["assignments"][name]["lines"][-1].startswith("late work: ")
-        assert body["assignments"][name]["feedback_updated"] is False
+    # the regrade released ps1's feedback again after alice fetched it
+    assert (body["assignments"]["ps1"]["feedback_updated"], body["assignments"]["ps2"]["feedback_updated"]) == \
+        (True, False)
 
     missing = requests.get(f"{lab['url']}/grader/term", params={"token": lab["token"]}, timeout=30)
     assert missing.status_code == 400 and "course_id" in missing.json()["message"]
@@ -176,13 +197,21 @@ def test_the_assignment_list_shows_due_date_extension_and_late_days(lab):
             page.goto(f"{lab['url']}/lab?token={lab['token']}")
             page.wait_for_selector("#jp-main-dock-panel")
             open_assignments(page)
-            rows = {"ps1": "#fetched_assignments_list > .list_item", "ps2": "#released_assignments_list > .list_item"}
+            rows = {"ps1": "#fetched_assignments_list > .list_item", "ps2": "#released_assignments_list > .list_item",
+                    "ps1 submitted": "#submitted_assignments_list > .list_item"}
             for name, selector in rows.items():
-                row = page.locator(selector, has_text=name)
+                row = page.locator(selector, has_text=name.split()[0])
                 row.locator(".grader-term").wait_for()
                 shown = row.locator(".grader-term .grader-term-line").all_inner_texts()
-                assert shown[:len(expected[name])] == expected[name], shown
+                assert shown[:len(expected[name.split()[0]])] == expected[name.split()[0]], shown
+                changed = "feedback changed since you fetched it: fetch it again"
+                assert (changed in shown) == (name == "ps1 submitted"), (name, shown)
             assert "extension" not in page.locator(rows["ps2"], has_text="ps2").inner_text()
+            # nbgrader's own flag on the submission: with her copy fetched, it is shown only
+            # when nbgrader finds the exchange's page different (feedback_updated)
+            submitted = page.locator(rows["ps1 submitted"], has_text="ps1")
+            assert "(feedback available to fetch)" in submitted.inner_text()
+            assert "(view feedback)" not in submitted.inner_text()
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT))
         finally:

@@ -63,7 +63,7 @@ function rowsOfLists(): HTMLElement[] {
   return rows;
 }
 
-function lines(term: AssignmentTerm): HTMLElement {
+function lines(term: AssignmentTerm, submitted: boolean): HTMLElement {
   const box = document.createElement('div');
   box.classList.add(MARK);
   for (const text of term.lines) {
@@ -72,7 +72,8 @@ function lines(term: AssignmentTerm): HTMLElement {
     line.textContent = text;
     box.append(line);
   }
-  if (term.feedback_updated) {
+  // on the submitted row, beside nbgrader's own "(feedback ready to be fetched)" and its button
+  if (submitted && term.feedback_updated) {
     const note = document.createElement('div');
     note.classList.add('grader-term-line', 'grader-term-feedback');
     note.textContent = 'feedback changed since you fetched it: fetch it again';
@@ -96,7 +97,7 @@ async function annotate(row: HTMLElement): Promise<void> {
   row.querySelectorAll(`:scope > .${MARK}`).forEach(old => old.remove());
   if (term && row.dataset.graderTerm === key) {
     // after the row's own line, before the collapsible notebooks nbgrader puts below it
-    row.firstElementChild?.after(lines(term));
+    row.firstElementChild?.after(lines(term, row.parentElement?.id === 'submitted_assignments_list'));
   }
 }
 
