@@ -59,6 +59,9 @@ class Hub:
             self.passwords = dict(csv.reader(fh))
         self.log_path = root / "hub.log"
         self.log = open(self.log_path, "w")
+        self.start()
+
+    def start(self):
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.wait_up()
@@ -130,16 +133,29 @@ class Hub:
             time.sleep(1)
         raise AssertionError(f"servers still running after {timeout} s:\n{self.log_text()}")
 
+    def signal(self, sig):
+        """Signal the hub; the hub stops the proxy and its services on SIGTERM itself (they
+        run in sessions of their own)."""
+        self.proc.send_signal(sig)
+
+    def restart(self):
+        """Stop the hub as a crash or an update stops it (its users' servers, in sessions of
+        their own, keep running: `cleanup_servers = False`) and start it again."""
+        self.signal(signal.SIGTERM)
+        self.proc.wait(timeout=60)
+        self.start()
+
     def stop(self):
         if self.proc.poll() is None:
-            self.stop_servers()
-            # the hub stops the servers it spawned and its course service on SIGTERM
-            self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                self.stop_servers()
+            finally:
+                self.signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
         self.log.close()
 
 
@@ -152,19 +168,14 @@ def everyone_can_run(path) -> bool:
     return not reachable_by_everyone(path)
 
 
-def shared_interpreter(exact=False):
-    """A Python of this version that every account can run: this one's base, or the system's.
-
-    `exact`: the same patch release too. The layered packages were installed for this
-    interpreter, and some depend on its patch release (soupsieve's selectors, which
-    nbconvert's HTML feedback uses, fail on 3.11.2's `re`)."""
+def shared_interpreter():
+    """A Python of this version that every account can run: this one's base, or the system's."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    wanted = str(sys.version_info[:3] if exact else sys.version_info[:2])
     for candidate in [getattr(sys, "_base_executable", ""), f"/usr/bin/python{version}"]:
         if candidate and os.path.exists(candidate) and everyone_can_run(candidate):
-            out = subprocess.run([candidate, "-c", f"import sys; print(sys.version_info[:{3 if exact else 2}])"],
+            out = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
                                  capture_output=True, text=True)
-            if out.stdout.strip() == wanted:
+            if out.stdout.strip() == str(sys.version_info[:2]):
                 return candidate
     return None
 
@@ -174,7 +185,7 @@ SCRIPTS = {"jupyterhub": "jupyterhub.app:main", "configurable-http-proxy": "conf
            "jupyterhub-singleuser": "jupyterhub.singleuser:main"}
 
 
-def class_machine_or_skip(root: Path, exact=False) -> Path:
+def class_machine_or_skip(root: Path) -> Path:
     """A virtual environment under `root` that every account can run (a class machine's
     checkout in /opt, as the README asks), layered on this one's packages by a `.pth` file:
     this checkout's own may live where other accounts cannot enter. Skips where real
@@ -185,10 +196,10 @@ def class_machine_or_skip(root: Path, exact=False) -> Path:
 
     if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
         pytest.skip("real accounts need root, useradd and runuser")
-    base = shared_interpreter(exact)
+    base = shared_interpreter()
     site = sysconfig.get_paths()["purelib"]
     if base is None or not everyone_can_run(site) or not everyone_can_run(REPO / "needle_kernels"):
-        pytest.skip(f"no Python {sys.version_info[:3 if exact else 2]} that every account can run, or {site} or "
+        pytest.skip(f"no Python {sys.version_info[:2]} that every account can run, or {site} or "
                     f"{REPO} is closed to them (make the checkout world-readable, e.g. in /opt)")
     os.chmod(root, 0o755)
     venv = root / "venv"
@@ -247,35 +258,3 @@ def remove_accounts(names):
 def secret_modes():
     """The modes of the checkout's folders that `make hub-users` closes, to put back after."""
     return {p: p.stat().st_mode & 0o7777 for p in (REPO / "course" / "assignments", REPO / ".git") if p.exists()}
-
-
-class SystemHub(Hub):
-    """`hub/launch.py --mode system` as root, on accounts `hub/users.py` made."""
-
-    def __init__(self, root: Path, python: Path, roster: Path, course: str, admin: str, cull_idle=3600):
-        self.root, self.state, self.python, self.admin = root, root / "state", python, admin
-        self.exchange = root / "exchange"
-        self.port = free_base_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [str(python), str(REPO / "hub" / "launch.py"), "--roster", str(roster), "--course", course,
-                     "--port", str(self.port), "--state", str(self.state), "--exchange", str(self.exchange),
-                     "--mode", "system", "--cull-idle", str(cull_idle)]
-        self.env = {**{k: v for k, v in os.environ.items()
-                       if not k.startswith(("JUPYTER", "NBGRADER", "PYTHON", "VIRTUAL_ENV"))},
-                    "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"}
-        with open(self.state / "initial-passwords.csv") as fh:
-            self.passwords = dict(csv.reader(fh))
-        self.log_path = root / "hub.log"
-        self.log = open(self.log_path, "a")
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.wait_up()
-
-    def restart(self):
-        """Stop the hub alone (its users' servers keep running) and start it again."""
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        self.start()

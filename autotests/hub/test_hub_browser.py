@@ -110,6 +110,29 @@ def open_assignments(page):
     page.wait_for_selector("#released_assignments_list")
 
 
+def validate_in_panel(page, shots, shot, course, assignment, timeout=180_000):
+    """Press an assignment's Validate button in the Assignments panel; the dialog's text."""
+    page.locator(f"#nbgrader-{course}-{assignment} button", has_text="Validate").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(state="visible", timeout=timeout)
+    text = dialog.inner_text()
+    shots(page, shot)
+    page.locator(".jp-Dialog button").last.click()
+    return text
+
+
+def submit_in_panel(page, shots, shot):
+    page.locator("#fetched_assignments_list button", has_text="Submit").click()
+    page.wait_for_selector("#submitted_assignments_list .list_item")
+    shots(page, shot)
+
+
+def fetch_feedback_in_panel(page, shots, shot):
+    page.locator("#submitted_assignments_list button", has_text="Fetch Feedback").click()
+    page.wait_for_selector("#submitted_assignments_list a:has-text('view feedback')")
+    shots(page, shot)
+
+
 def set_cell(page, marker, source):
     """Replace the source of the code cell showing `marker`, typed into its editor."""
     editor = page.locator(".jp-Notebook .jp-CodeCell", has_text=marker).locator(".cm-content")
@@ -194,15 +217,8 @@ def _student_submits(page, hub, shots, name, kind):
     page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')")
     # validate from the Assignments panel, as the student sees it before submitting
     page.locator(".lm-TabBar-tabLabel", has_text="Assignments").click()
-    page.locator("#nbgrader-dlsys-ps1 button", has_text="Validate").click()
-    dialog = page.locator(".jp-Dialog")
-    dialog.wait_for(state="visible", timeout=180_000)
-    validation = dialog.inner_text()
-    shots(page, f"{name}-validated")
-    page.locator(".jp-Dialog button").last.click()
-    page.locator("#fetched_assignments_list button", has_text="Submit").click()
-    page.wait_for_selector("#submitted_assignments_list .list_item")
-    shots(page, f"{name}-submitted")
+    validation = validate_in_panel(page, shots, f"{name}-validated", COURSE, "ps1")
+    submit_in_panel(page, shots, f"{name}-submitted")
     page.context.close()
     return validation
 
@@ -260,9 +276,7 @@ def test_a_class_in_the_browser(browser, hub, tmp_path_factory):
     page = login(browser, hub, "alice", shots)
     open_lab(page, "alice")
     open_assignments(page)
-    page.locator("#submitted_assignments_list button", has_text="Fetch Feedback").click()
-    page.wait_for_selector("#submitted_assignments_list a:has-text('view feedback')")
-    shots(page, "alice-feedback-fetched")
+    fetch_feedback_in_panel(page, shots, "alice-feedback-fetched")
     page.locator("#released_assignments_list .list_item", has_text="ps1-solution").locator(
         "button", has_text="Fetch").click()
     page.wait_for_selector("#fetched_assignments_list .list_item:has-text('ps1-solution')")

@@ -36,7 +36,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -46,7 +45,8 @@ from pathlib import Path
 import pytest
 
 from hub_testkit import REPO, Hub, free_base_port, remove_accounts
-from test_hub_browser import Shots, browser, login, open_assignments, open_lab  # noqa: F401
+from test_hub_browser import (Shots, browser, fetch_feedback_in_panel, login, open_assignments,  # noqa: F401
+                              open_lab, submit_in_panel, validate_in_panel)
 
 pytestmark = pytest.mark.slow
 COURSE = "nksys"
@@ -94,36 +94,16 @@ class MadeHub(Hub):
         self.port = free_base_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = ["make", "-C", str(clone), "hub", f"HUB_PORT={self.port}", *variables]
+        self.env = newcomer_env()
         with open(state / "initial-passwords.csv") as fh:
             self.passwords = dict(csv.reader(fh))
         self.log_path = state.parent / "hub.log"
         self.log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(self.argv, env=newcomer_env(), stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.wait_up()
+        self.start()
 
-    def restart(self):
-        """Stop the hub as a crash or an update stops it (its users' servers, in sessions of
-        their own, keep running; `cleanup_servers = False`) and run `make hub` again."""
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        self.proc = subprocess.Popen(self.argv, env=newcomer_env(), stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.wait_up()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                self.stop_servers()
-            finally:
-                # make, the hub it runs and the proxy share the process group the hub leads
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                    self.proc.wait()
-        self.log.close()
+    def signal(self, sig):
+        # make and the hub it runs share the process group make leads
+        os.killpg(self.proc.pid, sig)
 
 
 @pytest.fixture(scope="module")
@@ -333,15 +313,8 @@ def student_answers(browser, hub, shots, name, tasks, validate):  # noqa: F811 -
         validation = None
         if validate:
             page.locator("#fetched_assignments_list a.assignment-notebooks-link").click()
-            page.locator(f"#nbgrader-{COURSE}-hw0 button", has_text="Validate").click()
-            dialog = page.locator(".jp-Dialog")
-            dialog.wait_for(state="visible", timeout=600_000)
-            validation = dialog.inner_text()
-            shots(page, f"{name}-validated")
-            page.locator(".jp-Dialog button").last.click()
-        page.locator("#fetched_assignments_list button", has_text="Submit").click()
-        page.wait_for_selector("#submitted_assignments_list .list_item")
-        shots(page, f"{name}-submitted")
+            validation = validate_in_panel(page, shots, f"{name}-validated", COURSE, "hw0", timeout=600_000)
+        submit_in_panel(page, shots, f"{name}-submitted")
         return validation
     except Exception:
         shots(page, f"{name}-FAILED")
@@ -430,9 +403,7 @@ def test_a_class_on_one_server(browser, system_class, tmp_path_factory):  # noqa
         page = login(browser, hub, name, shots)
         open_lab(page, name)
         open_assignments(page)
-        page.locator("#submitted_assignments_list button", has_text="Fetch Feedback").click()
-        page.wait_for_selector("#submitted_assignments_list a:has-text('view feedback')")
-        shots(page, f"{name}-feedback-fetched")
+        fetch_feedback_in_panel(page, shots, f"{name}-feedback-fetched")
         page.context.close()
         feedback = list(Path(f"/home/{name}/{COURSE}/hw0/feedback").rglob("hw0.html"))
         assert feedback and feedback[0].stat().st_uid == pwd.getpwnam(name).pw_uid
