@@ -23,33 +23,23 @@ interface CourseTerm {
 
 const LISTS = ['released_assignments_list', 'fetched_assignments_list', 'submitted_assignments_list'];
 const MARK = 'grader-term';
-// the panel refreshes after every fetch and submit: one answer per course serves a refresh's rows
-const FRESH_MS = 3000;
 
 const settings = ServerConnection.makeSettings();
-const answers = new Map<string, { at: number; term: Promise<CourseTerm | null> }>();
+// the first child of each row annotated: nbgrader makes a new one whenever it redraws a row
+const annotated = new WeakSet<Element>();
 
 async function courseTerm(courseId: string): Promise<CourseTerm | null> {
   const url = URLExt.join(settings.baseUrl, 'grader/term') + '?course_id=' + encodeURIComponent(courseId);
-  const response = await ServerConnection.makeRequest(url, {}, settings);
-  if (!response.ok) {
+  try {
+    const response = await ServerConnection.makeRequest(url, {}, settings);
+    if (response.ok) {
+      return (await response.json()) as CourseTerm;
+    }
     console.warn(`grader-term: GET ${url} answered ${response.status}`);
-    return null;
-  }
-  return (await response.json()) as CourseTerm;
-}
-
-function termOf(courseId: string): Promise<CourseTerm | null> {
-  const known = answers.get(courseId);
-  if (known && Date.now() - known.at < FRESH_MS) {
-    return known.term;
-  }
-  const term = courseTerm(courseId).catch(error => {
+  } catch (error) {
     console.warn('grader-term:', error);
-    return null;
-  });
-  answers.set(courseId, { at: Date.now(), term });
-  return term;
+  }
+  return null;
 }
 
 function rowsOfLists(): HTMLElement[] {
@@ -82,22 +72,24 @@ function lines(term: AssignmentTerm, submitted: boolean): HTMLElement {
   return box;
 }
 
-async function annotate(row: HTMLElement): Promise<void> {
-  const name = row.querySelector(':scope > div > .item_name')?.firstElementChild?.textContent?.trim();
-  const course = row.querySelector(':scope > div > .item_course')?.textContent?.trim();
-  if (!name || !course) {
+/** Add the term's lines to a row not annotated yet; `asked` holds this redraw's requests,
+ * so the rows nbgrader draws together share one request per course. */
+async function annotate(row: HTMLElement, asked: Map<string, Promise<CourseTerm | null>>): Promise<void> {
+  const head = row.firstElementChild;
+  const name = head?.querySelector(':scope > .item_name')?.firstElementChild?.textContent?.trim();
+  const course = head?.querySelector(':scope > .item_course')?.textContent?.trim();
+  if (!head || !name || !course || annotated.has(head)) {
     return;
   }
-  const key = `${course}/${name}`;
-  if (row.dataset.graderTerm === key && row.querySelector(`:scope > .${MARK}`)) {
-    return;
+  annotated.add(head);
+  if (!asked.has(course)) {
+    asked.set(course, courseTerm(course));
   }
-  row.dataset.graderTerm = key;
-  const term = (await termOf(course))?.assignments[name];
-  row.querySelectorAll(`:scope > .${MARK}`).forEach(old => old.remove());
-  if (term && row.dataset.graderTerm === key) {
+  const term = (await asked.get(course))?.assignments[name];
+  if (term && row.firstElementChild === head) {
+    row.querySelectorAll(`:scope > .${MARK}`).forEach(old => old.remove());
     // after the row's own line, before the collapsible notebooks nbgrader puts below it
-    row.firstElementChild?.after(lines(term, row.parentElement?.id === 'submitted_assignments_list'));
+    head.after(lines(term, row.parentElement?.id === 'submitted_assignments_list'));
   }
 }
 
@@ -114,7 +106,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       pending = true;
       requestAnimationFrame(() => {
         pending = false;
-        rowsOfLists().forEach(row => void annotate(row));
+        const asked = new Map<string, Promise<CourseTerm | null>>();
+        rowsOfLists().forEach(row => void annotate(row, asked));
       });
     });
     observer.observe(document.body, { childList: true, subtree: true });
