@@ -446,7 +446,8 @@ def cmd_list(args):
     listed = [entry for entry in assignment_list(args.course_id, args.exchange, args.student)
               if args.assignment in (None, entry[0])]
     if not listed:
-        raise GraderError(f"{args.assignment or 'no assignment'} is not released in {args.course_id}")
+        raise GraderError(f"{args.assignment} is not released in {args.course_id}" if args.assignment
+                          else f"nothing is released in {args.course_id} yet")
     shown = set()
     for assignment, status, feedback in listed:
         print(f"{assignment} {status}" + (f": {FEEDBACK_STATES[feedback]}" if status == "submitted" else ""))

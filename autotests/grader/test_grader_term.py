@@ -266,6 +266,11 @@ def test_a_term_through_the_command_line(tmp_path, monkeypatch):
     assert "your extension: 2d, so due Fri 03 Jul 2026 12:00 EDT" in fetched
     assert "late days left: 2 of 2" in fetched
     assert "your extension" not in student("bob", "fetch", "ps1").stdout
+    listed = student("ada", "list").stdout
+    assert listed.startswith("ps1 fetched\n") and "your extension: 2d" in listed
+    missing = grader_inprocess(["list", "ps9", "--course-id", "c1", "--exchange", exchange, "--student", "bob"],
+                               *students["bob"], check=False)
+    assert missing.returncode == 1 and "ps9 is not released in c1" in missing.stderr
 
     due = datetime.datetime.now(UTC) - datetime.timedelta(hours=3)
     instructor("due", "ps1", due.isoformat())
