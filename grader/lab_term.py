@@ -43,15 +43,15 @@ def term_of_course(manager, course_id) -> dict:
 
     released = manager.list_released_assignments(course_id=course_id)
     submitted = manager.list_submitted_assignments(course_id=course_id)
-    updated = {entry["assignment_id"]: bool(entry.get("feedback_updated")) or
-               any(s.get("feedback_updated") for s in entry.get("submissions", []))
-               for entry in submitted.get("value", []) if submitted.get("success")}
+    names = _assignment_ids(released) | _assignment_ids(submitted)
+    # nbgrader's own comparison of the student's copy of each feedback page with the exchange's
+    updated = {entry["assignment_id"] for entry in submitted["value"]
+               if any(s.get("feedback_updated") for s in entry.get("submissions", []))}
     with manager.get_assignment_dir_config() as config:
         term = read_term(course_id, config.Exchange.root, _student(config))
     return {"course_id": course_id,
-            "assignments": {name: {"lines": status_lines(term, name),
-                                   "feedback_updated": updated.get(name, False)}
-                            for name in sorted(_assignment_ids(released) | _assignment_ids(submitted))}}
+            "assignments": {name: {"lines": status_lines(term, name), "feedback_updated": name in updated}
+                            for name in sorted(names)}}
 
 
 class TermHandler(APIHandler):

@@ -175,6 +175,9 @@ def test_the_server_answers_alices_term(lab):
     assert (body["assignments"]["ps1"]["feedback_updated"], body["assignments"]["ps2"]["feedback_updated"]) == \
         (True, False)
 
+    other = requests.get(f"{lab['url']}/grader/term", params={"course_id": "c2", "token": lab["token"]},
+                         timeout=30)
+    assert other.status_code == 200 and other.json() == {"course_id": "c2", "assignments": {}}
     missing = requests.get(f"{lab['url']}/grader/term", params={"token": lab["token"]}, timeout=30)
     assert missing.status_code == 400 and "course_id" in missing.json()["message"]
     assert requests.get(f"{lab['url']}/grader/term", params={"course_id": "c1"}, timeout=30).status_code == 403
