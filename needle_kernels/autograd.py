@@ -29,10 +29,6 @@ LAZY_MODE = False
 # graph (each result is a constant), so every adjoint can go as soon as it has been used.
 RECORDING = True
 
-# True while compile.trace records a forward pass: modules then build the generic
-# ops the compiler and the ONNX exporter know instead of their fused kernels.
-TRACING = False
-
 # The number of live Values (Tensors and TensorTuples). Tests use it to check
 # that optimizers and training loops do not leak graph nodes.
 TENSOR_COUNTER = 0

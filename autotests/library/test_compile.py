@@ -124,6 +124,25 @@ def test_trace_lstm_language_model_equals_eager(device):
     assert "embedding" in ops and "split" in ops and "stack" in ops and ops.count("sigmoid") == 2 * 5 * 3
 
 
+def _transformer_lm(device):
+    return LanguageModel(8, 13, 10, num_layers=2, seq_model="transformer", seq_len=5, device=device).eval()
+
+
+def test_trace_lowers_every_fused_op(device):
+    """The modules run their fused ops (matmul_bias, layer_norm, softmax, conv_nchw, lstm_cell,
+    lstm_layer); the traced graph holds only ops of the table, each fused op lowered through its
+    own decompose, and computes what the module computes."""
+    cell = nn.LSTMCell(3, 4, device=device)
+    x = ndl.Tensor(np.random.randn(2, 3).astype("float32"), device=device)
+    for model, example in [(_transformer_lm(device), _tokens(device, 0)), (_lm(device), _tokens(device, 0)),
+                           (_cnn(device), _image(device)), (cell, x)]:
+        graph = trace(model, example)
+        assert not [n.op for n in graph.op_nodes() if "op" in n.attrs], type(model).__name__
+        _close(graph(example), model(example))
+    ops = {n.op for n in trace(_transformer_lm(device), _tokens(device, 0)).op_nodes()}
+    assert {"exp", "matmul", "power_scalar"} <= ops  # softmax's exp, layer norm's 1 / sqrt
+
+
 def test_trace_leaves_model_and_inputs_untouched(device):
     model = _lm(device)
     x = _tokens(device, 0)
@@ -391,6 +410,11 @@ def test_onnx_lstm_language_model(tmp_path):
     x = _tokens(None, 7)
     for g, w in zip(session.run(None, {"input_0": x.numpy()}), _flat(model(x))):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_onnx_transformer_language_model(tmp_path):
+    proto = _onnx_agrees(_transformer_lm(None), (_tokens(None, 0),), tmp_path)
+    assert {"Gather", "MatMul", "Exp", "Pow"} <= {n.op_type for n in proto.graph.node}
 
 
 def test_onnx_export_refuses_a_fused_graph():

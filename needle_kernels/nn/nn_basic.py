@@ -4,7 +4,7 @@ from typing import List
 
 import numpy
 
-from .. import autograd, init, ops
+from .. import init, ops
 from ..autograd import Tensor
 from ..backend_selection import array_api
 
@@ -122,10 +122,7 @@ class Linear(Module):
         x2d = X if len(X.shape) == 2 else X.reshape((-1, self.in_features))
         if self.bias is None:
             out = x2d @ self.weight
-        elif autograd.TRACING:  # the generic ops, which compile and the ONNX exporter know
-            out = x2d @ self.weight
-            out = out + self.bias.broadcast_to(out.shape)
-        else:  # the product and the bias in one op (ops.matmul_bias)
+        else:  # the product and the bias in one op
             out = ops.matmul_bias(x2d, self.weight, self.bias)
         return out if len(X.shape) == 2 else out.reshape(lead + (self.out_features,))
 
@@ -281,7 +278,7 @@ class LayerNorm1d(Module):
     def forward(self, x: Tensor) -> Tensor:
         _check_last_dim(self, x, self.dim)
         shape = x.shape
-        if self.fused and not autograd.TRACING:
+        if self.fused:
             rows = x if len(shape) == 2 else x.reshape((math.prod(shape[:-1]), self.dim))
             out = ops.layer_norm(rows, self.weight, self.bias, self.eps)
             return out if len(shape) == 2 else out.reshape(shape)

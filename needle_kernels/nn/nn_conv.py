@@ -1,7 +1,7 @@
 """Convolution, transposed convolution and pooling modules (NCHW in and out, as torch)."""
 import math
 
-from .. import autograd, init, ops
+from .. import init, ops
 from ..autograd import Tensor
 from .nn_basic import Module, Parameter
 
@@ -41,14 +41,7 @@ class Conv(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         _check_nchw(self, x, self.in_channels)
-        if not autograd.TRACING:
-            return ops.conv_nchw(x, self.weight, self.bias, stride=self.stride, padding=self.kernel_size // 2)
-        # the generic ops, which compile and the ONNX exporter know
-        nhwc = ops.transpose(x, (0, 2, 3, 1))
-        out = ops.conv(nhwc, self.weight, stride=self.stride, padding=self.kernel_size // 2)
-        if self.bias is not None:
-            out = out + self.bias.reshape((1, 1, 1, self.out_channels)).broadcast_to(out.shape)
-        return ops.transpose(out, (0, 3, 1, 2))
+        return ops.conv_nchw(x, self.weight, self.bias, stride=self.stride, padding=self.kernel_size // 2)
 
 
 class ConvTranspose(Module):

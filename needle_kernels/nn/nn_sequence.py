@@ -7,7 +7,7 @@ Weights are stored input-major so a step is ``X @ W_ih + h @ W_hh``:
 """
 import numpy as np
 
-from .. import autograd, init, ops
+from .. import init, ops
 from ..autograd import Tensor, TensorOp
 from ..backend_selection import array_api, device_of
 from .nn_basic import Module, Parameter
@@ -99,7 +99,7 @@ class LSTMCell(_RecurrentCell):
     def step(self, proj, h):
         h0, c0 = h
         bs, H = h0.shape
-        if self.fused and not autograd.TRACING:  # the element-wise part in one op (ops.lstm_cell)
+        if self.fused:  # the element-wise part in one op (ops.lstm_cell)
             out = ops.lstm_cell(proj + h0 @ self.W_hh, c0)
             return out[0], out[1]
         z = (proj + h0 @ self.W_hh).reshape((bs, 4, H))
@@ -122,7 +122,7 @@ def _run_layer(cell, X, state):
     T, B, _ = X.shape
     proj = cell.input_projection(X.reshape((T * B, cell.input_size)))
     proj = proj.reshape((T, B, cell.gates * cell.hidden_size))
-    if isinstance(cell, LSTMCell) and cell.fused and not autograd.TRACING:
+    if isinstance(cell, LSTMCell) and cell.fused:
         # the whole recurrence as one op (ops.lstm_layer): its backward forms W_hh's gradient in one product
         out = ops.lstm_layer(proj, state[0], state[1], cell.W_hh)
         return out[0], (out[1], out[2])

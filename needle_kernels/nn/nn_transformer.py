@@ -5,7 +5,7 @@ and flatten to (B*T, D) for the per-position modules (LayerNorm1d, Linear).
 """
 import numpy as np
 
-from .. import autograd, init, ops
+from .. import init, ops
 from ..autograd import Tensor
 from .nn_basic import Dropout, LayerNorm1d, Linear, Module, ReLU, Sequential
 from .nn_sequence import Embedding
@@ -35,17 +35,8 @@ class MultiHeadAttention(Module):
         return Tensor(mask, device=device, dtype=self.dtype, requires_grad=False)
 
     def softmax(self, logit):
-        """Softmax over the last axis: one op (ops.softmax), or while traced for compile and ONNX
-        export, generic ops. There the row max is subtracted as a constant: softmax is
-        shift-invariant, so the gradient is unchanged and exp cannot overflow."""
-        if not autograd.TRACING:
-            return ops.softmax(logit)
-        last = len(logit.shape) - 1
-        row_max = logit.realize_cached_data().max(axis=last, keepdims=True)
-        row_max = Tensor.make_const(row_max)
-        probs = ops.exp(logit - row_max.broadcast_to(logit.shape))
-        denom = probs.sum(axes=(last,)).reshape((*logit.shape[:-1], 1)).broadcast_to(logit.shape)
-        return probs / denom
+        """Softmax over the last axis, one op (ops.softmax)."""
+        return ops.softmax(logit)
 
     def forward(self, q, k, v):
         if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:

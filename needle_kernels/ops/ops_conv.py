@@ -444,6 +444,15 @@ class ConvNCHW(TensorOp):
             grads += (summation(g, (0, 1, 2)),)
         return grads
 
+    def decompose(self, x, weight, bias=None):
+        """The formula above in generic ops (what the compiler and the ONNX exporter know)."""
+        from .ops_mathematic import broadcast_to
+
+        out = conv(transpose(x, (0, 2, 3, 1)), weight, stride=self.conv.stride, padding=self.conv.padding)
+        if bias is not None:
+            out = out + broadcast_to(reshape(bias, (1, 1, 1, out.shape[3])), out.shape)
+        return transpose(out, (0, 3, 1, 2))
+
 
 def conv_nchw(x, weight, bias=None, stride=1, padding=0):
     op = ConvNCHW(stride, padding)

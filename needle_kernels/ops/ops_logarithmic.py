@@ -60,6 +60,15 @@ class Softmax(TensorOp):
         total = broadcast_to(reshape(summation(out_grad * node, (len(shape) - 1,)), kept), shape)
         return node * (out_grad - total)
 
+    def decompose(self, a):
+        """The same softmax in generic ops (what the compiler and the ONNX exporter know). The
+        row max is subtracted as a constant: softmax is shift-invariant, so the gradient is
+        unchanged and exp cannot overflow."""
+        last = len(a.shape) - 1
+        row_max = Tensor.make_const(a.realize_cached_data().max(axis=last, keepdims=True))
+        probs = exp(a - broadcast_to(row_max, a.shape))
+        return probs / broadcast_to(reshape(summation(probs, (last,)), (*a.shape[:-1], 1)), a.shape)
+
 
 def softmax(a):
     """The softmax of the Tensor a over its last axis: see Softmax."""

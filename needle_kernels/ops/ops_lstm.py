@@ -33,6 +33,15 @@ class LSTMCellGates(TensorTupleOp):
         grads = LSTMCellGatesGrad()(z, c0, out_grad[0], out_grad[1])
         return grads[0], grads[1]
 
+    def decompose(self, z, c0):
+        """(h, c) in generic ops (what the compiler and the ONNX exporter know)."""
+        from .ops_mathematic import reshape, sigmoid, split, tanh
+
+        batch, hidden = c0.shape
+        i, f, g, o = split(reshape(z, (batch, 4, hidden)), 1)
+        c = sigmoid(f) * c0 + sigmoid(i) * tanh(g)
+        return sigmoid(o) * tanh(c), c
+
 
 class LSTMCellGatesGrad(TensorTupleOp):
     """(dz, dc0) of LSTMCellGates for inputs (z, c0, dh, dc), in one fused kernel."""
@@ -85,6 +94,17 @@ class LSTMLayer(TensorTupleOp):
             node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
         grads = LSTMLayerGrad(node.saved)(w, out_grad[0], out_grad[1], out_grad[2])
         return grads[0], grads[1], grads[2], grads[3]
+
+    def decompose(self, proj, h0, c0, w):
+        """(hs, h_T, c_T) in generic ops, one step after another (what the compiler and the
+        ONNX exporter know)."""
+        from .ops_mathematic import split, stack
+
+        h, c, hs = h0, c0, []
+        for p in split(proj, 0):
+            h, c = LSTMCellGates().decompose(p + h @ w, c)
+            hs.append(h)
+        return stack(hs, 0), h, c
 
 
 class LSTMLayerGrad(TensorTupleOp):

@@ -573,6 +573,12 @@ class MatMulBias(TensorOp):
         db = reshape(summation(out_grad, (0,)), b.shape) if b.requires_grad else None
         return dx, dw, db
 
+    def decompose(self, x, w, b):
+        """x @ w + b in generic ops (what the compiler and the ONNX exporter know)."""
+        out = x @ w
+        row = b if tuple(b.shape) == (1, out.shape[1]) else reshape(b, (1, out.shape[1]))
+        return out + broadcast_to(row, out.shape)
+
 
 def matmul_bias(x, w, b):
     return MatMulBias()(x, w, b)

@@ -146,6 +146,19 @@ class LayerNormRows(TensorOp):
             node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
         return _fused_gradients(LayerNormRowsGrad(*node.saved), x, weight, out_grad)
 
+    def decompose(self, x, weight, bias):
+        """The same normalisation in generic ops (what the compiler and the ONNX exporter know)."""
+        from .ops_mathematic import broadcast_to, reshape, summation
+
+        rows, features = x.shape
+        mean = broadcast_to(reshape(summation(x, (1,)) / features, (rows, 1)), x.shape)
+        centered = x - mean
+        var = reshape(summation(centered * centered, (1,)) / features, (rows, 1))
+        inv_std = broadcast_to((var + self.eps) ** -0.5, x.shape)
+        w = broadcast_to(reshape(weight, (1, features)), x.shape)
+        b = broadcast_to(reshape(bias, (1, features)), x.shape)
+        return centered * inv_std * w + b
+
 
 class LayerNormRowsGrad(TensorTupleOp):
     """(dx, dweight, dbias) of LayerNormRows for inputs (x, weight, g), in one fused kernel."""

@@ -12,16 +12,17 @@ keeps its history), then walks the graph from the outputs:
 
 ``nn.Embedding`` reads its indices on the host, outside the graph; while
 tracing, its forward is replaced by an op that takes the indices as an input,
-so the graph works for any tokens. While tracing, ``autograd.TRACING`` is set, and
-modules with fused kernels (``nn.LSTMCell``, ``nn.Linear``) build the generic ops this
-graph's passes and the ONNX exporter know. Trace a module in ``eval()`` mode:
+so the graph works for any tokens. A fused op (``matmul_bias``, ``layer_norm``,
+``softmax``, ``conv_nchw``, ``lstm_cell``, ``lstm_layer``) is lowered to the generic ops
+this graph's passes and the ONNX exporter know, through its own ``decompose`` (see
+``lowered``); the modules run as they always do. Trace a module in ``eval()`` mode:
 dropout masks and batch statistics of the example batch would otherwise be
 frozen into the graph.
 """
 import numpy
 
-from ... import autograd
 from ...autograd import Tensor, TensorTuple, find_topo_sort
+from ...ops import TupleGetItem, make_tuple
 from ...nn import Embedding, Module, Parameter
 from ..ir.graph import Graph, Node
 from ..ir.op_table import describe_op
@@ -75,16 +76,40 @@ def trace(module_or_fn, *example_inputs):
         # an instance attribute shadows the class's forward; Module.__call__ calls self.forward
         m.forward = (lambda mod: lambda x: embedding(mod.weight, x if isinstance(x, Tensor)
                                                      else Tensor(numpy.asarray(x, dtype="float32"), requires_grad=False)))(m)
-    tracing, autograd.TRACING = autograd.TRACING, True
     try:
         result = module_or_fn(*inputs)
     finally:
-        autograd.TRACING = tracing
         for m in patched:
             del m.__dict__["forward"]
     flat = []
     structure = _flatten(result, flat)
-    return graph_of(flat, inputs, structure)
+    return graph_of(lowered(flat), inputs, structure)
+
+
+def lowered(outputs):
+    """``outputs`` recomputed with every op that has a ``decompose`` replaced by it.
+
+    Walks the graph in order: a fused op's node becomes its decomposition on the (lowered)
+    inputs, a node whose inputs changed is computed again by its own op, and an element of
+    a decomposed tuple op is that element itself. Nodes below no fused op stay as they are.
+    """
+    new = {}
+    for value in find_topo_sort(list(outputs)):
+        if value.op is None:
+            continue
+        inputs = [new.get(id(x), x) for x in value.inputs]
+        decompose = getattr(value.op, "decompose", None)
+        if isinstance(value.op, TupleGetItem) and isinstance(inputs[0], tuple):
+            new[id(value)] = inputs[0][value.op.index]
+        elif decompose is not None:
+            new[id(value)] = decompose(*inputs)
+        elif any(a is not b for a, b in zip(inputs, value.inputs)):
+            new[id(value)] = value.op(*(make_tuple(*x) if isinstance(x, tuple) else x for x in inputs))
+    return [_as_value(new.get(id(x), x)) for x in outputs]
+
+
+def _as_value(x):
+    return make_tuple(*x) if isinstance(x, tuple) else x
 
 
 def graph_of(outputs, inputs, structure=None):
