@@ -8,3 +8,4 @@ from .ops_softplus import *
 from .ops_norm import *
 from .ops_conv_bn import *
 from .ops_lstm import *
+from .ops_embedding import *

@@ -8,9 +8,8 @@ only the table's ops can be exported.
 """
 import copy
 
-from ..ops import embedding as _embedding, fused_elementwise as _fused
+from ..ops import fused_elementwise as _fused
 from ... import ops
-from ...nn import nn_sequence
 
 # (class, IR name, constructor arguments = attribute names)
 _TABLE = [
@@ -49,9 +48,9 @@ _TABLE = [
     (ops.MakeTuple, "make_tuple", ()),
     (ops.TupleGetItem, "tuple_get_item", ("index",)),
     (ops.FusedAddScalars, "fused_add_scalars", ("c0", "c1")),
-    (nn_sequence.EmbeddingGather, "gather_rows", ("ids",)),
-    (nn_sequence.EmbeddingScatter, "scatter_rows", ("ids", "num_rows")),
-    (_embedding.Embedding, "embedding", ()),
+    (ops.EmbeddingGather, "gather_rows", ("ids",)),
+    (ops.EmbeddingScatter, "scatter_rows", ("ids", "num_rows")),
+    (ops.EmbeddingLookup, "embedding", ()),
     (_fused.FusedElementwise, "fused", ("program",)),
 ]
 

@@ -1,1 +1,1 @@
-"""Ops the compiler adds to needle's: the traced embedding lookup and the fused element-wise kernel."""
+"""The compiler's own op: the fused element-wise kernel its fusion pass makes."""

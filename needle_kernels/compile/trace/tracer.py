@@ -22,11 +22,10 @@ frozen into the graph.
 import numpy
 
 from ...autograd import Tensor, TensorTuple, find_topo_sort
-from ...ops import TupleGetItem, make_tuple
+from ...ops import TupleGetItem, embedding_lookup, make_tuple
 from ...nn import Embedding, Module, Parameter
 from ..ir.graph import Graph, Node
 from ..ir.op_table import describe_op
-from ..ops.embedding import embedding
 
 
 def _as_tensor(x):
@@ -74,7 +73,7 @@ def trace(module_or_fn, *example_inputs):
     patched = _embedding_modules(module_or_fn) if isinstance(module_or_fn, Module) else []
     for m in patched:
         # an instance attribute shadows the class's forward; Module.__call__ calls self.forward
-        m.forward = (lambda mod: lambda x: embedding(mod.weight, x if isinstance(x, Tensor)
+        m.forward = (lambda mod: lambda x: embedding_lookup(mod.weight, x if isinstance(x, Tensor)
                                                      else Tensor(numpy.asarray(x, dtype="float32"), requires_grad=False)))(m)
     try:
         result = module_or_fn(*inputs)
