@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grader import GraderError, lms_formats, notes
 from grader.late import LateRule, assess, late_days_spent
+from grader.lms_formats import number
 from grader.settings import LatePolicy, LmsExport
 
 FIXED = ["student_id", "lms_user_id", "first_name", "last_name", "email", "submitted",
@@ -26,10 +27,6 @@ FIXED = ["student_id", "lms_user_id", "first_name", "last_name", "email", "submi
 NOT_GRADED = "yes, not graded yet"
 TOTALS = ["raw_score", "late_penalty", "score", "max_score", "needs_manual_grade", "late_policy",
           "instructor_notes"]
-
-
-def _num(value):
-    return "" if value is None else f"{float(value):g}"
 
 
 def export_rows(course, assignment):
@@ -74,13 +71,13 @@ def export_rows(course, assignment):
                        late_policy=cost.describe())
             scores = {(nb.name, grade.name): grade.score for nb in sub.notebooks for grade in nb.grades}
             row.update(
-                submitted="yes", timestamp=str(sub.timestamp or ""), seconds_late=_num(sub.total_seconds_late),
-                raw_score=_num(sub.score), late_penalty=_num(sub.late_submission_penalty or 0),
-                score=_num(max(sub.score - (sub.late_submission_penalty or 0), 0)),
-                max_score=_num(sub.max_score), needs_manual_grade="yes" if sub.needs_manual_grade else "no",
+                submitted="yes", timestamp=str(sub.timestamp or ""), seconds_late=number(sub.total_seconds_late),
+                raw_score=number(sub.score), late_penalty=number(sub.late_submission_penalty or 0),
+                score=number(max(sub.score - (sub.late_submission_penalty or 0), 0)),
+                max_score=number(sub.max_score), needs_manual_grade="yes" if sub.needs_manual_grade else "no",
                 instructor_notes=" | ".join(notes.instructor_lines(course.root, assignment, student.id)))
             for nb, cell in cells:
-                row[f"{nb}:{cell}"] = _num(scores.get((nb, cell)))
+                row[f"{nb}:{cell}"] = number(scores.get((nb, cell)))
             rows.append(row)
     return header, rows
 

@@ -31,7 +31,7 @@ import nbformat
 
 from grader import GraderError
 from grader import judge as judging
-from grader.package_build import Removal, build, package_dir
+from grader.package_build import Removal, build, identifiers, package_dir, tasks_reaching_blocked
 from grader.sandbox.atomic import write_atomic
 from grader.sandbox.run import RunResult, run_notebook
 from grader.sandbox.worker import is_test_cell
@@ -39,7 +39,6 @@ from grader.state import STATE_DIR
 
 RECORD_VARIABLE = "COURSEKIT_RECORD"
 ABSENT_VARIABLE = "COURSEKIT_ABSENT_TASKS"
-PROTOCOL = "judged-1"
 
 
 def _digest(*parts) -> str:
@@ -74,7 +73,7 @@ def reference(course_root, assignment, notebook, settings, log) -> judging.Refer
     if not source.exists():
         raise GraderError(f"{source} is missing: the instructor's notebook is what submissions are "
                           "judged against")
-    key = _digest(PROTOCOL, source.read_bytes(), _package_state(settings.packages or ["needle_kernels"]),
+    key = _digest(source.read_bytes(), _package_state(settings.packages),
                   json.dumps(settings.fingerprint(), sort_keys=True))
     store = Path(course_root) / STATE_DIR / "reference" / assignment / f"{notebook}-{key}.json"
     if store.exists():
@@ -108,58 +107,10 @@ def _removals(declaration, only_task=None) -> dict:
     return paths
 
 
-def _blocked_tasks(declaration, package) -> dict:
-    """{blocked path: the tasks whose package code reaches it}: a blocked object is taken out of
-    those tasks' builds (and out of every build when no task's code reaches it)."""
-    from grader.package_build import _identifiers, _location, _Module
-
-    root = package_dir(package)
-    modules = {p.relative_to(root): _Module(p.relative_to(root), p.read_text())
-               for p in root.rglob("*.py") if "__pycache__" not in p.parts}
-    by_name = {}
-    for module in modules.values():
-        for qualname, node in module.defs.items():
-            if "." not in qualname:
-                by_name.setdefault(qualname, []).append(node)
-
-    def top_name(path):
-        try:
-            return _location(package, root, path)[2].split(".")[0]
-        except (LookupError, AttributeError):
-            return None
-
-    owned = {task: {top_name(p) for paths in names.values() for p in paths} - {None}
-             for task, names in declaration.get("tasks", {}).items()}
-
-    def reach(path, task):
-        """Every top-level name the package code of ``path`` uses, directly or through helpers,
-        short of another task's parts (what they use is theirs)."""
-        try:
-            kind, relative, qualname = _location(package, root, path)
-        except LookupError:
-            return set()
-        node = modules[relative].defs.get(qualname) if kind == "source" else None
-        others = set().union(*[names for t, names in owned.items() if t != task]) - owned[task]
-        todo, seen = [node] if node is not None else [], set()
-        while todo:
-            for name in set(_identifiers(todo.pop())) - seen:
-                seen.add(name)
-                if name not in others:
-                    todo.extend(by_name.get(name, []))
-        return seen
-
-    reached = {task: set().union(*[reach(p, task) for paths in names.values() for p in paths])
-               for task, names in declaration.get("tasks", {}).items()}
-    return {path: {task for task, names in reached.items() if path.split(".")[-1] in names}
-            for path in declaration.get("blocked", [])}
-
-
 def names_used(notebook: Path) -> frozenset:
     """Every identifier the code cells of a notebook use (names and attribute names)."""
     import ast
     import re
-
-    from grader.package_build import _identifiers
 
     found = set()
     for cell in nbformat.read(str(notebook), as_version=4).cells:
@@ -168,7 +119,7 @@ def names_used(notebook: Path) -> frozenset:
         code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
                          for line in cell.source.splitlines())
         try:
-            found.update(_identifiers(ast.parse(code)))
+            found.update(identifiers(ast.parse(code)))
         except SyntaxError:         # Cython and other cell languages: every word
             found.update(re.findall(r"[A-Za-z_]\w*", cell.source))
     return frozenset(found)
@@ -179,7 +130,7 @@ def names_used(notebook: Path) -> frozenset:
 _BUILDS = {}
 
 
-def builds(course_root, assignment, declaration, package="needle_kernels", log=None, keep=frozenset()) -> dict:
+def builds(course_root, assignment, declaration, package, log=None, keep=frozenset()) -> dict:
     """{"*": build without every task, task: build without that task} (made once, kept).
 
     ``keep``: names the instructor's notebook uses, which no build takes away as a helper.
@@ -189,7 +140,7 @@ def builds(course_root, assignment, declaration, package="needle_kernels", log=N
     if found and all((folder.parent / "build.json").exists() for folder in found.values()):
         return found
     tasks = list(declaration.get("tasks", {}))
-    blocked = _blocked_tasks(declaration, package)
+    blocked = tasks_reaching_blocked(declaration, package)
     wanted = {"*": {**_removals(declaration), **{p: min(t) if t else assignment for p, t in blocked.items()}}}
     for task in tasks:
         wanted[task] = {**_removals(declaration, task),
@@ -213,9 +164,18 @@ def prepare(course_root, assignment, notebook, settings, log=None):
     log = log or logging.getLogger("grader")
     ref = reference(course_root, assignment, notebook, settings, log)
     if ref.declaration and ref.declaration.get("tasks"):
-        builds(course_root, assignment, ref.declaration, log=log,
+        builds(course_root, assignment, ref.declaration, _declared_package(ref, assignment, notebook), log=log,
                keep=names_used(_source_notebook(course_root, assignment, notebook)))
     return ref
+
+
+def _declared_package(ref, assignment, notebook) -> str:
+    """The package whose parts the instructor's notebook withholds (coursekit.start declares it)."""
+    package = ref.declaration.get("package")
+    if not package:
+        raise GraderError(f"the instructor's {assignment}/{notebook} declares withheld parts without naming "
+                          "their package; run it again with the course's coursekit")
+    return package
 
 
 # what a part still to be written raises: the released stub, or the kit when a name is missing
@@ -251,7 +211,7 @@ def execute(nb, workdir, settings, course_root, assignment, notebook, log=None) 
         result = run_notebook(nb, workdir, settings, log=log, env=env)
         judging.judge(result.nb, ref)
         return result
-    package = "needle_kernels"
+    package = _declared_package(ref, assignment, notebook)
     host = str(package_dir(package))
     made = builds(course_root, assignment, ref.declaration, package, log,
                   keep=names_used(_source_notebook(course_root, assignment, notebook)))

@@ -28,24 +28,25 @@ GRADESCOPE = ["Name", "SID", "Email", "Total Score", "Max Points"]
 FORMATS = ("csv", "canvas", "moodle", "gradescope")
 
 
-def _num(value):
+def number(value):
+    """A score as every format writes it: shortest form, empty for none."""
     return "" if value is None else f"{float(value):g}"
 
 
 def canvas(assignment, max_score, students, canvas_id=None):
     """Rows (header first) of a Canvas gradebook import."""
     column = f"{assignment} ({canvas_id})" if canvas_id else assignment
-    rows = [CANVAS + [column], [CANVAS_POINTS_ROW, "", "", "", "", _num(max_score)]]
+    rows = [CANVAS + [column], [CANVAS_POINTS_ROW, "", "", "", "", number(max_score)]]
     for s in students:
         rows.append([f"{s['last_name']}, {s['first_name']}".strip(", "), s["lms_user_id"], "",
-                     s["student_id"], "", _num(s["score"])])
+                     s["student_id"], "", number(s["score"])])
     return rows
 
 
 def moodle(assignment, max_score, students):
     rows = [MOODLE + [assignment]]
     for s in students:
-        rows.append([s["first_name"], s["last_name"], s["lms_user_id"], "", "", s["email"], _num(s["score"])])
+        rows.append([s["first_name"], s["last_name"], s["lms_user_id"], "", "", s["email"], number(s["score"])])
     return rows
 
 
@@ -53,6 +54,6 @@ def gradescope(assignment, max_score, students):
     rows = [list(GRADESCOPE)]
     for s in students:
         name = " ".join(part for part in (s["first_name"], s["last_name"]) if part) or s["student_id"]
-        rows.append([name, s["lms_user_id"] or s["student_id"], s["email"], _num(s["score"]),
-                     _num(max_score) if s["score"] is not None else ""])
+        rows.append([name, s["lms_user_id"] or s["student_id"], s["email"], number(s["score"]),
+                     number(max_score) if s["score"] is not None else ""])
     return rows

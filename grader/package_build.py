@@ -122,7 +122,7 @@ class _Module:
                             self.defs[f"{node.name}.{item.name}"] = item
 
 
-def _identifiers(node):
+def identifiers(node):
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             yield sub.id
@@ -148,7 +148,7 @@ def _uses(modules):
                         i, (ast.FunctionDef, ast.AsyncFunctionDef))] + node.bases + node.decorator_list,
                         type_ignores=[])))
                 for qualname, body in owners:
-                    for name in set(_identifiers(body)):
+                    for name in set(identifiers(body)):
                         uses.setdefault(name, []).append((module.relative, qualname))
     return uses
 
@@ -172,7 +172,7 @@ def helpers_of(modules, removed, keep=frozenset()):
         for module, qualname in removed:
             node = modules[module].defs.get(qualname)
             if node is not None:
-                used_by_removed.update(_identifiers(node))
+                used_by_removed.update(identifiers(node))
         found = set()
         for module in modules.values():
             for qualname in module.defs:
@@ -185,6 +185,50 @@ def helpers_of(modules, removed, keep=frozenset()):
         if not found:
             return removed
         removed |= found
+
+
+def tasks_reaching_blocked(declaration, package) -> dict:
+    """{blocked path: the tasks whose package code reaches it}: a blocked object is taken out of
+    those tasks' builds (and out of every build when no task's code reaches it)."""
+    root = package_dir(package)
+    modules = {p.relative_to(root): _Module(p.relative_to(root), p.read_text())
+               for p in root.rglob("*.py") if "__pycache__" not in p.parts}
+    by_name = {}
+    for module in modules.values():
+        for qualname, node in module.defs.items():
+            if "." not in qualname:
+                by_name.setdefault(qualname, []).append(node)
+
+    def top_name(path):
+        try:
+            return _location(package, root, path)[2].split(".")[0]
+        except (LookupError, AttributeError):
+            return None
+
+    owned = {task: {top_name(p) for paths in names.values() for p in paths} - {None}
+             for task, names in declaration.get("tasks", {}).items()}
+
+    def reach(path, task):
+        """Every top-level name the package code of ``path`` uses, directly or through helpers,
+        short of another task's parts (what they use is theirs)."""
+        try:
+            kind, relative, qualname = _location(package, root, path)
+        except LookupError:
+            return set()
+        node = modules[relative].defs.get(qualname) if kind == "source" else None
+        others = set().union(*[names for t, names in owned.items() if t != task]) - owned[task]
+        todo, seen = [node] if node is not None else [], set()
+        while todo:
+            for name in set(identifiers(todo.pop())) - seen:
+                seen.add(name)
+                if name not in others:
+                    todo.extend(by_name.get(name, []))
+        return seen
+
+    reached = {task: set().union(*[reach(p, task) for paths in names.values() for p in paths])
+               for task, names in declaration.get("tasks", {}).items()}
+    return {path: {task for task, names in reached.items() if path.split(".")[-1] in names}
+            for path in declaration.get("blocked", [])}
 
 
 # ---- writing the build -------------------------------------------------------------------------
@@ -274,7 +318,7 @@ def build(removal: Removal, dest: Path, notice: str = "{task}: {name} is not in 
     tasks = dict(named)
     for key in removed - set(named):
         # a helper belongs to the task whose removed code used it
-        users = [t for (m, q), t in named.items() if key[1] in set(_identifiers(modules[m].defs.get(q, ast.Pass())))]
+        users = [t for (m, q), t in named.items() if key[1] in set(identifiers(modules[m].defs.get(q, ast.Pass())))]
         tasks[key] = users[0] if users else next(iter(named.values()))
     per_module = {}
     for (relative, qualname), task in tasks.items():

@@ -76,11 +76,13 @@ def failure(label, error):
                           "error": f"{type(error).__name__}: {error}"[:300]})
 
 
-def declare(assignment, tasks, blocked):
-    """Report the assignment's withheld parts: the grader builds the package without them."""
+def declare(package, assignment, tasks, blocked):
+    """Report the assignment's withheld parts, paths under ``package``: the grader builds that
+    package without them."""
     if not recording():
         return
     _display(DECLARATION_TYPE, {
+        "package": package,
         "assignment": assignment,
         "tasks": {task: {name: [paths] if isinstance(paths, str) else list(paths)
                          for name, paths in names.items()} for task, names in tasks.items()},

@@ -460,7 +460,7 @@ def start(assignment, tasks, blocked=(), namespace=None):
     _STATE.assignment = assignment
     sys.addaudithook(_audit)
     from .record import declare
-    declare(assignment, tasks, blocked)
+    declare(PACKAGE, assignment, tasks, blocked)
 
 
 def parts(task=None):

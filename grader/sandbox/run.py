@@ -29,6 +29,11 @@ STOP_NAME = "SandboxStopped"
 SLOT_DIR = Path(tempfile.gettempdir()) / f"grader-slots-{os.getuid()}"
 
 
+# How a submission is run and judged (grader.graded_run): part of every cached run's and
+# reference's key, so a new version of either runs everything again.
+PROTOCOL = "judged-2"
+
+
 @dataclass
 class RunSettings:
     """Everything that decides how a notebook executes (and so is part of the cache key).
@@ -54,8 +59,7 @@ class RunSettings:
         """The settings that change results; paths to hide or show do not."""
         found = {k: getattr(self, k) for k in
                  ("mode", "kernel_name", "cell_timeout", "budget", "extra_arguments", "limits")}
-        # how a submission is run and judged (grader.graded_run) changes its results too
-        found["protocol"] = "judged-1"
+        found["protocol"] = PROTOCOL
         return found
 
 
