@@ -20,13 +20,12 @@ While a task is graded the package in the sandbox is a build without that task's
 values the check reported (``grader.judge``), so none of these reaches the reference or
 the verdict.
 """
-import datetime
-import shutil
 import sys
 
 import nbformat
 import pytest
 
+from class_grading import class_course, submit
 from nbhelpers import ASSIGNMENTS, REPO
 
 sys.path.insert(0, str(REPO / "autotests" / "grader"))
@@ -248,24 +247,10 @@ def submission(source, changes):
 
 
 def grade(root):
-    course, home = root / "course", root / "home"
-    home.mkdir(parents=True)
-    grader(["init", course, "--course-id", "dlsys", "--exchange", root / "exchange",
-            "--package", "needle_kernels", "--package", "coursekit"], root, home)
-    with open(course / "nbgrader_config.py", "a") as fh:
-        fh.write("\nc.Execute.timeout = 180\nc.Sandbox.notebook_budget = 900\nc.Sandbox.memory_mb = 3072\n")
-    shutil.copytree(ASSIGNMENTS / AID, course / "source" / AID,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    grader(["generate", AID, "--no-proof"], course, home)
+    course, home = class_course(root, AID)
     source = nbformat.read(ASSIGNMENTS / AID / f"{AID}.ipynb", as_version=4)
-    subs = {"honest": source, **{student: submission(source, changes) for student, changes in CHEATS.items()},
-            "partial": submission(source, {"hw1_t2": lambda old: old.replace(*ONE_AXIS_GRADIENT)})}
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    for student, nb in subs.items():
-        folder = course / "submitted" / student / AID
-        shutil.copytree(course / "release" / AID, folder, ignore=shutil.ignore_patterns("*.ipynb"))
-        nbformat.write(nb, folder / f"{AID}.ipynb")
-        (folder / "timestamp.txt").write_text(stamp)
+    submit(course, AID, {"honest": source, **{student: submission(source, changes) for student, changes in CHEATS.items()},
+                         "partial": submission(source, {"hw1_t2": lambda old: old.replace(*ONE_AXIS_GRADIENT)})})
     grader(["autograde", AID, "-j", "2"], course, home, timeout=3000)
     export = course / "grades.csv"
     grader(["export", AID, "--to", export], course, home)

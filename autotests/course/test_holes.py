@@ -14,19 +14,17 @@ untouched solution with ``grader autograde -j 2`` in the sandbox:
   measures ``matmul_tiled`` against the course's own plain matmul, not the notebook's, and gives
   nothing.
 """
-import datetime
-import shutil
 import sys
 
-import nbformat
 import pytest
 
-from nbhelpers import ASSIGNMENTS, REPO
+from class_grading import autograded_errors, class_course, submit
+from nbhelpers import REPO
 
 sys.path.insert(0, str(REPO / "autotests" / "grader"))
 from grader_testkit import gradebook_scores, grader, run_once  # noqa: E402
 
-from test_own_work import PACKAGE, cells_of, meta, points, source_nb  # noqa: E402
+from test_own_work import cells_of, meta, points, source_nb  # noqa: E402
 
 IDENTITY_TRANSFORMER = '''class Transformer(nn.Module):
     """Passes its input through: the language model around it sees each word alone."""
@@ -129,32 +127,12 @@ def submission(aid, sources):
 def grade_class(root, aid):
     """The solution and each submission of HOLES[aid], autograded with -j 2: {student: {grade id: score}}
     and the error each autograded cell printed."""
-    course, home = root / "course", root / "home"
-    home.mkdir(parents=True)
-    grader(["init", course, "--course-id", "dlsys", "--exchange", root / "exchange",
-            "--package", PACKAGE, "--package", "coursekit"], root, home)
-    with open(course / "nbgrader_config.py", "a") as fh:
-        fh.write("\nc.Execute.timeout = 180\nc.Sandbox.notebook_budget = 900\nc.Sandbox.memory_mb = 3072\n")
-    shutil.copytree(ASSIGNMENTS / aid, course / "source" / aid,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    grader(["generate", aid, "--no-proof"], course, home)
+    course, home = class_course(root, aid)
     subs = {"source": source_nb(aid)}
     subs.update({student: submission(aid, sources) for student, (sources, _) in HOLES[aid].items()})
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    for student, nb in subs.items():
-        folder = course / "submitted" / student / aid
-        shutil.copytree(course / "release" / aid, folder, ignore=shutil.ignore_patterns("*.ipynb"))
-        nbformat.write(nb, folder / f"{aid}.ipynb")
-        (folder / "timestamp.txt").write_text(stamp)
+    submit(course, aid, subs)
     grader(["autograde", aid, "-j", "2"], course, home, timeout=3000)
-    errors = {}
-    for student in subs:
-        path = course / "autograded" / student / aid / f"{aid}.ipynb"
-        if path.exists():
-            errors[student] = {meta(c).get("grade_id"): o.get("evalue", "")[-400:]
-                               for c in nbformat.read(path, as_version=4).cells
-                               for o in c.get("outputs", []) if o.get("output_type") == "error"}
-    return {"scores": gradebook_scores(course, aid), "errors": errors}
+    return {"scores": gradebook_scores(course, aid), "errors": autograded_errors(course, aid, subs, tail=400)}
 
 
 @pytest.fixture(scope="module")

@@ -22,19 +22,17 @@ variables, two students with the same distinctive code, and an honest different 
 These read the notebooks, so an assignment added later is proven by the same tests.
 """
 import csv
-import datetime
 import inspect
 import io
 import re
-import shutil
 import sys
 import time
 import tokenize
-from pathlib import Path
 
 import nbformat
 import pytest
 
+from class_grading import autograded_errors, class_course, submit
 from nbhelpers import ASSIGNMENTS, REPO, assignment_ids
 
 sys.path.insert(0, str(REPO / "autotests" / "grader"))
@@ -44,7 +42,7 @@ from grader_testkit import gradebook_scores, grader, run_once  # noqa: E402
 sys.path.insert(0, str(REPO / "autotests"))
 from figures import report_figure  # noqa: E402
 
-from grader.similarity import declared_parts, definitions  # noqa: E402
+from grader.similarity import definitions  # noqa: E402
 
 sys.path.insert(0, str(REPO / "autotests" / "grader" / "fixtures"))
 from submissions import fixtures as _fixtures, load as load_fixture, submission as fixture_submission  # noqa: E402
@@ -285,24 +283,9 @@ def variants(aid, release):
 
 def grade_class(root, aid):
     """Set up a course, submit every variant, autograde with -j 2; returns what the tests read."""
-    course, home = root / "course", root / "home"
-    home.mkdir(parents=True)
-    grader(["init", course, "--course-id", "dlsys", "--exchange", root / "exchange",
-            "--package", PACKAGE, "--package", "coursekit"], root, home)
-    with open(course / "nbgrader_config.py", "a") as fh:
-        # the notebooks load MNIST and compile Cython: room for two sandboxes on two busy cores
-        fh.write("\nc.Execute.timeout = 180\nc.Sandbox.notebook_budget = 900\nc.Sandbox.memory_mb = 3072\n")
-    shutil.copytree(ASSIGNMENTS / aid, course / "source" / aid,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    grader(["generate", aid, "--no-proof"], course, home)
-    release = nbformat.read(course / "release" / aid / f"{aid}.ipynb", as_version=4)
-    subs = variants(aid, release)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    for student, nb in subs.items():
-        folder = course / "submitted" / student / aid
-        shutil.copytree(course / "release" / aid, folder, ignore=shutil.ignore_patterns("*.ipynb"))
-        nbformat.write(nb, folder / f"{aid}.ipynb")
-        (folder / "timestamp.txt").write_text(stamp)
+    course, home = class_course(root, aid)
+    subs = variants(aid, nbformat.read(course / "release" / aid / f"{aid}.ipynb", as_version=4))
+    submit(course, aid, subs)
     t0 = time.perf_counter()
     log = grader(["autograde", aid, "-j", "2"], course, home, timeout=3000)
     seconds = time.perf_counter() - t0
@@ -312,19 +295,7 @@ def grade_class(root, aid):
     report_figure(f"{aid}: {len(subs)} submissions autograded in sandboxes with -j 2 in {seconds:.0f} s")
     return {"scores": gradebook_scores(course, aid), "students": sorted(subs), "seconds": seconds,
             "log": log.stdout, "similarity": similarity, "export": export.read_text(),
-            "errors": _errors(course, aid, subs)}
-
-
-def _errors(course, aid, subs):
-    out = {}
-    for student in subs:
-        path = course / "autograded" / student / aid / f"{aid}.ipynb"
-        if not path.exists():
-            continue
-        nb = nbformat.read(path, as_version=4)
-        out[student] = {meta(c).get("grade_id"): o.get("evalue", "")[-300:] for c in nb.cells
-                        for o in c.get("outputs", []) if o.get("output_type") == "error"}
-    return out
+            "errors": autograded_errors(course, aid, subs, tail=300)}
 
 
 @pytest.fixture(scope="module")

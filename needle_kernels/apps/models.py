@@ -1,5 +1,4 @@
 """The models of hw4: ResNet9 for CIFAR-10 and a word-level language model."""
-import needle_kernels as ndl
 import needle_kernels.nn as nn
 from needle_kernels import ops
 from needle_kernels.autograd import Tensor
