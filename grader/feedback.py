@@ -126,18 +126,14 @@ def feedback(course, assignment, release=True, log=None) -> FeedbackReport:
     if not students:
         raise GraderError(f"no collected submissions of {assignment!r}")
     api = course.api()
-    result = api.generate_feedback(assignment, force=True)
-    if not result.get("success"):
-        raise GraderError(f"nbgrader generate_feedback failed:\n{result.get('log', '')}{result.get('error', '')}")
+    _succeeded("generate_feedback", api.generate_feedback(assignment, force=True))
     for student in students:
         if not course.path("autograded", student, assignment).exists():
             _placeholder_feedback(course, assignment, student)
         if course.path("feedback", student, assignment).exists():
             report.generated.append(student)
     if release:
-        result = api.release_feedback(assignment)
-        if not result.get("success"):
-            raise GraderError(f"nbgrader release_feedback failed:\n{result.get('log', '')}{result.get('error', '')}")
+        _succeeded("release_feedback", api.release_feedback(assignment))
         report.released = True
     return report
 
@@ -155,14 +151,15 @@ def rerelease(course, assignment, student) -> bool:
         return False
     api = course.api()
     if course.path("autograded", student, assignment).exists():
-        result = api.generate_feedback(assignment, student_id=student, force=True)
-        if not result.get("success"):
-            raise GraderError(f"nbgrader generate_feedback failed for {student}:\n"
-                              f"{result.get('log', '')}{result.get('error', '')}")
+        _succeeded("generate_feedback", api.generate_feedback(assignment, student_id=student, force=True), student)
     else:
         _placeholder_feedback(course, assignment, student)
-    result = api.release_feedback(assignment, student_id=student)
-    if not result.get("success"):
-        raise GraderError(f"nbgrader release_feedback failed for {student}:\n"
-                          f"{result.get('log', '')}{result.get('error', '')}")
+    _succeeded("release_feedback", api.release_feedback(assignment, student_id=student), student)
     return True
+
+
+def _succeeded(step, result, student=None):
+    """Raise with nbgrader's log when one of its API steps failed."""
+    if not result.get("success"):
+        whom = f" for {student}" if student else ""
+        raise GraderError(f"nbgrader {step} failed{whom}:\n{result.get('log', '')}{result.get('error', '')}")

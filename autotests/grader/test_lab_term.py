@@ -14,11 +14,9 @@ import datetime
 import glob
 import json
 import os
-import re
 import secrets
 import subprocess
 import sys
-import time
 import tomllib
 
 import nbformat
@@ -31,6 +29,9 @@ from simulated_class import solved
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "grader" / "labextension"))
 import build as labextension_build  # noqa: E402
+
+sys.path.insert(0, str(REPO / "autotests" / "hub"))
+from hub_testkit import wait_for_server  # noqa: E402
 
 JUPYTER = REPO / "grader" / "jupyter"
 ZONE = "America/New_York"
@@ -138,17 +139,8 @@ def free_port():
 
 
 def wait_up(url, token, proc, log, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"JupyterLab exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            if requests.get(f"{url}/api/status", params={"token": token}, timeout=5).ok:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"JupyterLab did not start in {timeout} s:\n{log.read_text()[-4000:]}")
+    wait_for_server("JupyterLab", proc, f"{url}/api/status", lambda: log.read_text()[-4000:], timeout,
+                    interval=0.5, token=token)
 
 
 def expected_lines(due):
@@ -185,7 +177,6 @@ def test_the_server_answers_alices_term(lab):
 
 def test_the_assignment_list_shows_due_date_extension_and_late_days(lab):
     pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[hub]')")
-    sys.path.insert(0, str(REPO / "autotests" / "hub"))
     from test_hub_browser import CHROMIUM, FLAGS, open_assignments
     if not os.path.exists(CHROMIUM):
         pytest.skip("Chromium is not installed: sudo apt-get install chromium")

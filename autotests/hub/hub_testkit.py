@@ -32,6 +32,22 @@ def free_base_port():
     raise RuntimeError("no four free ports")
 
 
+def wait_for_server(what, proc, url, log_text, timeout, interval=1.0, **params):
+    """Until GET url (with query `params`) answers OK; an AssertionError with the server's log
+    (`log_text()`) when `proc` exits or `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited {proc.returncode}:\n{log_text()}")
+        try:
+            if requests.get(url, params=params, timeout=5).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(interval)
+    raise AssertionError(f"{what} did not start in {timeout} s:\n{log_text()}")
+
+
 class Hub:
     def __init__(self, root: Path, cull_idle=None):
         self.root, self.state = root, root / "state"
@@ -67,18 +83,8 @@ class Hub:
         self.wait_up()
 
     def wait_up(self, timeout=240):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the hub exited {self.proc.returncode}:\n{self.log_text()}")
-            try:
-                # the hub answers once its services are up too
-                if requests.get(f"{self.url}/hub/api/", timeout=5).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        raise AssertionError(f"the hub did not start in {timeout} s:\n{self.log_text()}")
+        # the hub answers once its services are up too
+        wait_for_server("the hub", self.proc, f"{self.url}/hub/api/", self.log_text, timeout)
 
     def log_text(self):
         self.log.flush()
