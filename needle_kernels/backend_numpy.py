@@ -15,7 +15,8 @@ signature differs from the NDArray module's are redefined here:
 """
 import numpy
 
-from .labels import class_indices, one_hot_rows
+from .fused_specs import NUMPY_MODE, in_numpy
+from .labels import one_hot_rows
 
 __device_name__ = "cpu"
 
@@ -258,156 +259,11 @@ def adam_update_many(params, grads, ms, vs, lr, beta1, beta2, eps, weight_decay,
     return [adam_update(*state, lr, beta1, beta2, eps, weight_decay, c1, c2) for state in zip(params, grads, ms, vs)]
 
 
-def softmax_cross_entropy(z, labels):
-    """``(loss, lse)`` of logits z (rows, classes) and integer labels (rows,), in z's dtype:
-    lse_i = max_i + log(sum_j exp(z_ij - max_i)) and loss_i = lse_i - z_i[labels_i]."""
-    y = _row_labels("softmax_cross_entropy", z, labels)
-    m = z.max(axis=1)
-    lse = m + numpy.log(numpy.exp(z - m[:, None]).sum(axis=1))
-    return lse - z[numpy.arange(z.shape[0]), y], lse
-
-
-def softmax_cross_entropy_grad(z, labels, lse, g):
-    """g_i * (softmax(z_i) - one_hot(labels_i)) for every row i, in z's dtype."""
-    y = _row_labels("softmax_cross_entropy_grad", z, labels)
-    out = numpy.exp(z - lse[:, None]) * g[:, None]
-    out[numpy.arange(z.shape[0]), y] -= g
-    return out
-
-
-def _row_labels(name, z, labels):
-    if z.ndim != 2 or z.shape[1] < 1:
-        raise ValueError(f"{name}: logits must be (rows, classes), got shape {z.shape}")
-    labels = numpy.asarray(labels)
-    if labels.shape != (z.shape[0],):
-        raise ValueError(f"{name}: labels of shape {labels.shape} do not match logits {z.shape}")
-    return class_indices(labels, z.shape[1], name)
-
-
-def _bn_columns(name, x):
-    if x.ndim != 2 or 0 in x.shape:
-        raise ValueError(f"{name}: x must be non-empty (rows, channels), got shape {x.shape}")
-
-
-def batchnorm_stats(x):
-    """``(mean, var)`` of each column of x (rows, channels), biased variance, in x's dtype
-    (float32 sums accumulate in float64, as the NDArray backends' do)."""
-    _bn_columns("batchnorm_stats", x)
-    X = x.astype(numpy.float64)
-    m = X.mean(axis=0)
-    return m.astype(x.dtype), ((X - m) ** 2).mean(axis=0).astype(x.dtype)
-
-
-def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, eps, momentum):
-    """``(invstd, scale, shift, new_running_mean, new_running_var)`` of a training-mode batch norm,
-    per channel (the formulas of ``ndarray_backend_numpy.batchnorm_fold``), in mean's dtype."""
-    invstd = (1.0 / numpy.sqrt(var.astype(numpy.float64) + eps)).astype(mean.dtype)
-    scale = weight * invstd
-    return (invstd, scale, bias - mean * scale, running_mean * (1 - momentum) + mean * momentum,
-            running_var * (1 - momentum) + var * momentum)
-
-
-def batchnorm_apply(x, scale, shift, relu=False):
-    """x * scale + shift with one scale and shift per column of x (rows, channels); with
-    ``relu``, max(that, 0)."""
-    _bn_columns("batchnorm_apply", x)
-    y = x * scale + shift
-    return numpy.maximum(y, 0) if relu else y
-
-
-def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats, relu_out=None):
-    """``(dx, dweight, dbias)`` of (x - mean) * invstd * weight + bias for the adjoint dy, in x's dtype
-    (the formulas of ``ndarray_backend_numpy.batchnorm_backward``); with ``relu_out``, dy counts
-    only where that ReLU output is > 0."""
-    _bn_columns("batchnorm_backward", x)
-    rows = x.shape[0]
-    X, G = x.astype(numpy.float64), dy.astype(numpy.float64)
-    if relu_out is not None:
-        _same_shape("batchnorm_backward", dy, relu_out)
-        G = numpy.where(relu_out > 0, G, 0.0)
-    s = invstd.astype(numpy.float64)
-    xhat = (X - mean) * s
-    db, dw = G.sum(axis=0), (G * xhat).sum(axis=0)
-    k = weight * s
-    dx = k * (G - db / rows - xhat * (dw / rows)) if batch_stats else k * G
-    return dx.astype(x.dtype), dw.astype(x.dtype), db.astype(x.dtype)
-
-
-def softmax(x):
-    """The softmax of x over its last axis, in x's dtype (the formula of ``ndarray_backend_numpy.softmax``)."""
-    if numpy.ndim(x) < 1 or numpy.shape(x)[-1] == 0:
-        raise ValueError(f"softmax: x must have a non-empty last axis, got shape {numpy.shape(x)}")
-    e = numpy.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def softmax_backward(y, g):
-    """y * (g - sum(g * y) over the last axis), the sum in float64 (``ndarray_backend_numpy.softmax_backward``)."""
-    _same_shape("softmax_backward", g, y)
-    s = (g.astype(numpy.float64) * y).sum(axis=-1, keepdims=True).astype(y.dtype)
-    return y * (g - s)
-
-
-def _layernorm_shape(name, x, **columns):
-    if numpy.ndim(x) != 2 or numpy.shape(x)[1] == 0:
-        raise ValueError(f"{name}: x must be (rows, features) with features >= 1, got shape {numpy.shape(x)}")
-    for what, arr in columns.items():
-        if numpy.shape(arr) != (x.shape[1],):
-            raise ValueError(f"{name}: {what} must have shape ({x.shape[1]},), got {numpy.shape(arr)}")
-
-
-def layernorm(x, weight, bias, eps):
-    """``(out, mean, invstd)`` of the layer norm of each row of x (rows, features), in x's dtype
-    (the formulas of ``ndarray_backend_numpy.layernorm``)."""
-    _layernorm_shape("layernorm", x, weight=weight, bias=bias)
-    X = x.astype(numpy.float64)
-    m = X.mean(axis=1)
-    s = 1.0 / numpy.sqrt(((X - m[:, None]) ** 2).mean(axis=1) + eps)
-    out = (X - m[:, None]) * s[:, None] * weight + bias
-    return out.astype(x.dtype), m.astype(x.dtype), s.astype(x.dtype)
-
-
-def layernorm_backward(x, dy, mean, invstd, weight):
-    """``(dx, dweight, dbias)`` of layernorm's out for the adjoint dy, in x's dtype
-    (the formulas of ``ndarray_backend_numpy.layernorm_backward``)."""
-    _layernorm_shape("layernorm_backward", x, weight=weight)
-    X, G = x.astype(numpy.float64), dy.astype(numpy.float64)
-    s = invstd.astype(numpy.float64)[:, None]
-    xhat = (X - mean.astype(numpy.float64)[:, None]) * s
-    gw = G * weight
-    dx = s * (gw - gw.mean(axis=1, keepdims=True) - xhat * (gw * xhat).mean(axis=1, keepdims=True))
-    return dx.astype(x.dtype), (G * xhat).sum(axis=0).astype(x.dtype), G.sum(axis=0).astype(x.dtype)
-
-
-def _lstm_shape(name, z, c0):
-    if z.ndim != 2 or z.shape[1] % 4 or z.shape[1] == 0 or c0.shape != (z.shape[0], z.shape[1] // 4):
-        raise ValueError(f"{name}: gates {z.shape} must be (rows, 4 * hidden) and the cell {c0.shape} (rows, hidden)")
-    return z.shape[0], z.shape[1] // 4
-
-
-def _lstm_gates(z, rows, hidden):
-    Z = z.reshape(rows, 4, hidden)
-    sig = lambda a: (numpy.tanh(a * 0.5) + 1.0) * 0.5  # noqa: E731
-    return sig(Z[:, 0]), sig(Z[:, 1]), numpy.tanh(Z[:, 2]), sig(Z[:, 3])
-
-
-def lstm_cell(z, c0):
-    """``(h, c)`` of one LSTM step from the gate pre-activations z (rows, 4 * hidden), [i | f | g | o]
-    per row, and the previous cell c0, in z's dtype (the formulas of ``ndarray_backend_numpy.lstm_cell``)."""
-    rows, hidden = _lstm_shape("lstm_cell", z, c0)
-    i, f, g, o = _lstm_gates(z, rows, hidden)
-    c = f * c0 + i * g
-    return o * numpy.tanh(c), c
-
-
-def lstm_cell_backward(z, c0, dh, dc):
-    """``(dz, dc0)`` of lstm_cell given the adjoints (dh, dc) of its outputs, in z's dtype."""
-    rows, hidden = _lstm_shape("lstm_cell_backward", z, c0)
-    i, f, g, o = _lstm_gates(z, rows, hidden)
-    t = numpy.tanh(f * c0 + i * g)
-    d = dc + dh * o * (1 - t * t)
-    dz = numpy.stack([d * g * i * (1 - i), d * c0 * f * (1 - f), d * i * (1 - g * g), dh * t * o * (1 - o)], axis=1)
-    return dz.reshape(rows, 4 * hidden), d * f
+# The fused ops' formulas, written once in fused_specs for numpy mode, the NDArray stand-ins and
+# the numpy reference kernels.
+for _formula in NUMPY_MODE:
+    globals()[_formula.__name__] = in_numpy(_formula)
+del _formula
 
 
 def element_strides(a):

@@ -47,6 +47,8 @@ from .backend_checks import (
     prod,
     read_view,
 )
+from .. import fused_specs
+from ..fused_specs import NUMPY
 from .memory_counter import MemoryCounter
 
 __device_name__ = "cpu_numpy"
@@ -474,12 +476,9 @@ def softmax_xent(z, labels, lse, loss, rows, cols):
     """
     check_softmax_xent("softmax_xent", z, labels, rows, cols, lse=lse, loss=loss)
     y = check_labels("softmax_xent", labels.array, cols)
-    Z = z.array.reshape(rows, cols)
     if rows == 0:
         return
-    m = Z.max(axis=1)
-    lse.array[:] = m + np.log(np.exp(Z - m[:, None]).sum(axis=1))
-    loss.array[:] = lse.array - Z[np.arange(rows), y]
+    loss.array[:], lse.array[:] = fused_specs.softmax_cross_entropy(NUMPY, z.array.reshape(rows, cols), y)
 
 
 def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
@@ -489,9 +488,8 @@ def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
     """
     check_softmax_xent("softmax_xent_grad", z, labels, rows, cols, lse=lse, g=g, out=out)
     y = check_labels("softmax_xent_grad", labels.array, cols)
-    O = out.array.reshape(rows, cols)
-    O[...] = np.exp(z.array.reshape(rows, cols) - lse.array[:, None]) * g.array[:, None]
-    O[np.arange(rows), y] -= g.array
+    out.array.reshape(rows, cols)[...] = fused_specs.softmax_cross_entropy_grad(
+        NUMPY, z.array.reshape(rows, cols), y, lse.array, g.array)
 
 
 # ---------------------------------------------------------------- softmax
@@ -504,9 +502,7 @@ def softmax(x, out, rows, cols):
     check_softmax("softmax", rows, cols, x=x, out=out)
     if rows == 0:
         return
-    X = x.array.reshape(rows, cols)
-    e = np.exp(X - X.max(axis=1, keepdims=True))
-    out.array.reshape(rows, cols)[...] = e / e.sum(axis=1, keepdims=True)
+    out.array.reshape(rows, cols)[...] = fused_specs.softmax(NUMPY, x.array.reshape(rows, cols))
 
 
 def softmax_backward(y, g, out, rows, cols):
@@ -515,9 +511,8 @@ def softmax_backward(y, g, out, rows, cols):
     check_softmax("softmax_backward", rows, cols, y=y, g=g, out=out)
     if rows == 0:
         return
-    Y, G = y.array.reshape(rows, cols), g.array.reshape(rows, cols)
-    s = (G.astype(np.float64) * Y).sum(axis=1, keepdims=True).astype(np.float32)
-    out.array.reshape(rows, cols)[...] = Y * (G - s)
+    out.array.reshape(rows, cols)[...] = fused_specs.softmax_backward(
+        NUMPY, y.array.reshape(rows, cols), g.array.reshape(rows, cols))
 
 
 # ---------------------------------------------------------------- batch normalization
@@ -530,10 +525,7 @@ def batchnorm_stats(x, mean, var, rows, cols):
     """Per column: mean[c] = sum_r x[r, c] / rows and the biased variance
     var[c] = sum_r (x[r, c] - mean[c])**2 / rows, mean in float64 inside the second sum."""
     check_batchnorm("batchnorm_stats", rows, cols, dict(x=x), dict(mean=mean, var=var))
-    X = x.array.reshape(rows, cols).astype(np.float64)
-    m = X.sum(axis=0) / rows
-    mean.array[:] = m
-    var.array[:] = ((X - m) ** 2).sum(axis=0) / rows
+    mean.array[:], var.array[:] = fused_specs.batchnorm_stats(NUMPY, x.array.reshape(rows, cols))
 
 
 def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, invstd, scale, shift, new_mean, new_var,
@@ -552,13 +544,10 @@ def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, invstd, s
         mean=mean, var=var, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var,
         invstd=invstd, scale=scale, shift=shift, new_mean=new_mean, new_var=new_var))
     eps, momentum = check_scalar("batchnorm_fold", eps), check_scalar("batchnorm_fold", momentum)
-    f = np.float32
-    invstd.array[:] = 1.0 / np.sqrt(var.array.astype(np.float64) + eps)
-    scale.array[:] = weight.array * invstd.array
-    shift.array[:] = bias.array - mean.array * scale.array
-    keep, take = f(1.0 - momentum), f(momentum)
-    new_mean.array[:] = running_mean.array * keep + mean.array * take
-    new_var.array[:] = running_var.array * keep + var.array * take
+    results = fused_specs.batchnorm_fold(NUMPY, mean.array, var.array, weight.array, bias.array,
+                                         running_mean.array, running_var.array, eps, momentum)
+    for out, value in zip((invstd, scale, shift, new_mean, new_var), results):
+        out.array[:] = value
 
 
 def bias_add(a, bias, out, rows, cols):
@@ -573,9 +562,8 @@ def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
     bias, mean and inverse std folded into one scale and one shift per column; with ``relu``,
     max(that, 0): a batch norm and the ReLU after it in one pass."""
     check_batchnorm("batchnorm_apply", rows, cols, dict(x=x, out=out), dict(scale=scale, shift=shift))
-    X = x.array.reshape(rows, cols)
-    y = X * scale.array + shift.array
-    out.array.reshape(rows, cols)[...] = np.maximum(y, np.float32(0)) if relu else y
+    out.array.reshape(rows, cols)[...] = fused_specs.batchnorm_apply(
+        NUMPY, x.array.reshape(rows, cols), scale.array, shift.array, relu)
 
 
 def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols, batch_stats, relu_out=None):
@@ -597,18 +585,10 @@ def batchnorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     full = dict(x=x, dy=dy, dx=dx) if relu_out is None else dict(x=x, dy=dy, dx=dx, relu_out=relu_out)
     check_batchnorm("batchnorm_backward", rows, cols, full,
                     dict(mean=mean, invstd=invstd, weight=weight, dweight=dweight, dbias=dbias))
-    X = x.array.reshape(rows, cols).astype(np.float64)
-    G = dy.array.reshape(rows, cols).astype(np.float64)
-    if relu_out is not None:
-        G = np.where(relu_out.array.reshape(rows, cols) > 0, G, 0.0)
-    s = invstd.array.astype(np.float64)
-    xhat = (X - mean.array.astype(np.float64)) * s
-    db, dw = G.sum(axis=0), (G * xhat).sum(axis=0)
-    dbias.array[:] = db
-    dweight.array[:] = dw
-    k = weight.array.astype(np.float64) * s
-    D = k * (G - db / rows - xhat * (dw / rows)) if batch_stats else k * G
-    dx.array.reshape(rows, cols)[...] = D
+    matrix = lambda a: a.array.reshape(rows, cols)  # noqa: E731
+    dx.array.reshape(rows, cols)[...], dweight.array[:], dbias.array[:] = fused_specs.batchnorm_backward(
+        NUMPY, matrix(x), matrix(dy), mean.array, invstd.array, weight.array, batch_stats,
+        None if relu_out is None else matrix(relu_out))
 
 
 # ---------------------------------------------------------------- layer normalization
@@ -627,13 +607,8 @@ def layernorm(x, weight, bias, out, mean, invstd, rows, cols, eps):
     check_layernorm("layernorm", rows, cols, dict(x=x, out=out), dict(mean=mean, invstd=invstd),
                     dict(weight=weight, bias=bias))
     eps = check_scalar("layernorm", eps)
-    X = x.array.reshape(rows, cols).astype(np.float64)
-    m = X.sum(axis=1) / cols
-    s = 1.0 / np.sqrt(((X - m[:, None]) ** 2).sum(axis=1) / cols + eps)
-    mean.array[:] = m
-    invstd.array[:] = s
-    xhat = (X - m[:, None]) * s[:, None]
-    out.array.reshape(rows, cols)[...] = xhat * weight.array.astype(np.float64) + bias.array
+    out.array.reshape(rows, cols)[...], mean.array[:], invstd.array[:] = fused_specs.layernorm(
+        NUMPY, x.array.reshape(rows, cols), weight.array, bias.array, eps)
 
 
 def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, cols):
@@ -647,15 +622,8 @@ def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
     in float64, rounded once."""
     check_layernorm("layernorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx), dict(mean=mean, invstd=invstd),
                     dict(weight=weight, dweight=dweight, dbias=dbias))
-    X = x.array.reshape(rows, cols).astype(np.float64)
-    G = dy.array.reshape(rows, cols).astype(np.float64)
-    s = invstd.array.astype(np.float64)[:, None]
-    xhat = (X - mean.array.astype(np.float64)[:, None]) * s
-    dbias.array[:] = G.sum(axis=0)
-    dweight.array[:] = (G * xhat).sum(axis=0)
-    gw = G * weight.array.astype(np.float64)
-    dx.array.reshape(rows, cols)[...] = s * (gw - gw.mean(axis=1, keepdims=True)
-                                             - xhat * (gw * xhat).mean(axis=1, keepdims=True))
+    dx.array.reshape(rows, cols)[...], dweight.array[:], dbias.array[:] = fused_specs.layernorm_backward(
+        NUMPY, x.array.reshape(rows, cols), dy.array.reshape(rows, cols), mean.array, invstd.array, weight.array)
 
 
 # ---------------------------------------------------------------- LSTM cell
@@ -664,12 +632,6 @@ def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
 # previous cell c0 (rows, hidden). sigmoid(a) is (tanh(a / 2) + 1) / 2, as ops.sigmoid
 # computes it (it never overflows).
 
-def _lstm_gates(z, rows, hidden):
-    Z = z.array.reshape(rows, 4, hidden)
-    sig = lambda a: (np.tanh(a * np.float32(0.5)) + np.float32(1.0)) * np.float32(0.5)  # noqa: E731
-    return sig(Z[:, 0]), sig(Z[:, 1]), np.tanh(Z[:, 2]), sig(Z[:, 3])
-
-
 def lstm_cell(z, c0, h, c, rows, hidden):
     """One step's new cell and hidden state:
 
@@ -677,10 +639,8 @@ def lstm_cell(z, c0, h, c, rows, hidden):
         c = f * c0 + i * g;  h = o * tanh(c)
     """
     check_lstm("lstm_cell", rows, hidden, dict(z=z), dict(c0=c0, h=h, c=c))
-    i, f, g, o = _lstm_gates(z, rows, hidden)
-    C = f * c0.array.reshape(rows, hidden) + i * g
-    c.array[:] = C.ravel()
-    h.array[:] = (o * np.tanh(C)).ravel()
+    H, C = fused_specs.lstm_cell(NUMPY, z.array.reshape(rows, 4 * hidden), c0.array.reshape(rows, hidden))
+    h.array[:], c.array[:] = H.ravel(), C.ravel()
 
 
 def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
@@ -691,14 +651,7 @@ def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
         dz_g = d * i * (1 - g * g);  dz_o = dh * t * o * (1 - o);  dc0 = d * f
     """
     check_lstm("lstm_cell_backward", rows, hidden, dict(z=z, dz=dz), dict(c0=c0, dh=dh, dc=dc, dc0=dc0))
-    i, f, g, o = _lstm_gates(z, rows, hidden)
-    C0 = c0.array.reshape(rows, hidden)
-    DH, one = dh.array.reshape(rows, hidden), np.float32(1.0)
-    t = np.tanh(f * C0 + i * g)
-    d = dc.array.reshape(rows, hidden) + DH * o * (one - t * t)
-    DZ = dz.array.reshape(rows, 4, hidden)
-    DZ[:, 0] = d * g * i * (one - i)
-    DZ[:, 1] = d * C0 * f * (one - f)
-    DZ[:, 2] = d * i * (one - g * g)
-    DZ[:, 3] = DH * t * o * (one - o)
-    dc0.array[:] = (d * f).ravel()
+    state = lambda a: a.array.reshape(rows, hidden)  # noqa: E731
+    DZ, DC0 = fused_specs.lstm_cell_backward(NUMPY, z.array.reshape(rows, 4 * hidden), state(c0), state(dh),
+                                             state(dc))
+    dz.array[:], dc0.array[:] = DZ.ravel(), DC0.ravel()

@@ -9,6 +9,7 @@ Shapes and devices are checked here; sizes again by the backend (see
 """
 import numpy as np
 
+from .. import fused_specs
 from ..labels import one_hot_rows
 from .kernels import FUSED_FUNCTIONS
 from .ndarray import NDArray
@@ -209,14 +210,71 @@ def _has_kernel(device, name):
     return hasattr(device, name)
 
 
-def _rows(v, shape):
-    """The (rows,) array v as a (rows, cols) broadcast view."""
-    return v.reshape((shape[0], 1)).broadcast_to(shape)
+class NDArrays:
+    """The array API of fused_specs' formulas on NDArrays: what runs a fused op on a device
+    without its kernel (float32 throughout: ``wide`` and ``narrow`` change nothing)."""
+
+    @staticmethod
+    def exp(a):
+        return a.exp()
+
+    @staticmethod
+    def log(a):
+        return a.log()
+
+    @staticmethod
+    def tanh(a):
+        return a.tanh()
+
+    @staticmethod
+    def maximum(a, b):
+        return a.maximum(b)
+
+    @staticmethod
+    def sum(a, axis):
+        return a.sum(axis=axis)
+
+    @staticmethod
+    def max(a, axis):
+        return a.max(axis=axis)
+
+    @staticmethod
+    def rows(v, shape):
+        return v.reshape((shape[0], 1)).broadcast_to(shape)
+
+    @staticmethod
+    def columns(v, shape):
+        return v.reshape((1, shape[1])).broadcast_to(shape)
+
+    @staticmethod
+    def wide(a):
+        return a
+
+    @staticmethod
+    def narrow(a, like):
+        return a
+
+    @staticmethod
+    def reshape(a, shape):
+        return a.reshape(shape)
+
+    @staticmethod
+    def stack(parts, axis):
+        return stack(parts, axis)
+
+    @staticmethod
+    def where_positive(mask, a):
+        return a * (mask > 0.0)
+
+    @staticmethod
+    def one_hot(labels, z):
+        return NDArray(one_hot_rows(z.shape[1], labels), device=z._device)
+
+    def picked(self, z, labels):
+        return (z * self.one_hot(labels, z)).sum(axis=1)
 
 
-def _columns_of(v, shape):
-    """The (cols,) array v as a (rows, cols) broadcast view."""
-    return v.reshape((1, shape[1])).broadcast_to(shape)
+NDARRAY = NDArrays()
 
 
 def softmax_cross_entropy(z, labels):
@@ -224,11 +282,8 @@ def softmax_cross_entropy(z, labels):
     lse(z_i) - z_i[labels_i] and the row log-sum-exps its gradient reuses, in one kernel."""
     z, y = _xent_args("softmax_cross_entropy", z, labels)
     rows, cols = z.shape
-    if not _has_kernel(z._device, "softmax_xent"):  # the same formulas in generic operations
-        m = z.max(axis=1)
-        lse = ((z - _rows(m, z.shape)).exp().sum(axis=1)).log() + m
-        picked = (z * _one_hot(labels, z)).sum(axis=1)
-        return lse - picked, lse
+    if not _has_kernel(z._device, "softmax_xent"):
+        return fused_specs.softmax_cross_entropy(NDARRAY, z, labels)
     lse, loss = NDArray._new((rows,), z._device), NDArray._new((rows,), z._device)
     z._device.softmax_xent(z._handle, y._handle, lse._handle, loss._handle, rows, cols)
     return loss, lse
@@ -244,10 +299,8 @@ def _last_axis_rows(name, x, **others):
 def softmax(x):
     """The softmax of x over its last axis, one row of it per task of one kernel."""
     x, rows, cols = _last_axis_rows("softmax", x)
-    if not _has_kernel(x._device, "softmax"):  # the same formulas in generic operations
-        flat = x.reshape((rows, cols))
-        e = (flat - _rows(flat.max(axis=1), flat.shape)).exp()
-        return (e / _rows(e.sum(axis=1), flat.shape)).reshape(x.shape)
+    if not _has_kernel(x._device, "softmax"):
+        return fused_specs.softmax(NDARRAY, x)
     out = NDArray._new(x.shape, x._device)
     x._device.softmax(x._handle, out._handle, rows, cols)
     return out
@@ -257,15 +310,10 @@ def softmax_backward(y, g):
     """y * (g - sum(g * y) over the last axis): softmax's adjoint for out_grad g at its output y."""
     y, rows, cols = _last_axis_rows("softmax_backward", y, g=g)
     if not _has_kernel(y._device, "softmax_backward"):
-        flat_y, flat_g = y.reshape((rows, cols)), g.compact().reshape((rows, cols))
-        return (flat_y * (flat_g - _rows((flat_g * flat_y).sum(axis=1), flat_y.shape))).reshape(y.shape)
+        return fused_specs.softmax_backward(NDARRAY, y, g.compact())
     out = NDArray._new(y.shape, y._device)
     y._device.softmax_backward(y._handle, g.compact()._handle, out._handle, rows, cols)
     return out
-
-
-def _one_hot(labels, z):
-    return NDArray(one_hot_rows(z.shape[1], labels), device=z._device)
 
 
 def softmax_cross_entropy_grad(z, labels, lse, g):
@@ -274,8 +322,7 @@ def softmax_cross_entropy_grad(z, labels, lse, g):
     rows, cols = z.shape
     _same_layout("softmax_cross_entropy_grad", NDArray._new((rows,), z._device), lse=lse, g=g)
     if not _has_kernel(z._device, "softmax_xent_grad"):
-        gb = _rows(g, z.shape)
-        return (z - _rows(lse, z.shape)).exp() * gb - _one_hot(labels, z) * gb
+        return fused_specs.softmax_cross_entropy_grad(NDARRAY, z, labels, lse, g)
     out = NDArray._new((rows, cols), z._device)
     z._device.softmax_xent_grad(z._handle, y._handle, lse.compact()._handle, g.compact()._handle, out._handle,
                                 rows, cols)
@@ -294,9 +341,7 @@ def batchnorm_stats(x):
     x = _columns("batchnorm_stats", x)
     rows, cols = x.shape
     if not _has_kernel(x._device, "batchnorm_stats"):
-        mean = x.sum(axis=0) / rows
-        centered = x - _columns_of(mean, x.shape)
-        return mean, (centered * centered).sum(axis=0) / rows
+        return fused_specs.batchnorm_stats(NDARRAY, x)
     mean, var = NDArray._new((cols,), x._device), NDArray._new((cols,), x._device)
     x._device.batchnorm_stats(x._handle, mean._handle, var._handle, rows, cols)
     return mean, var
@@ -315,10 +360,7 @@ def batchnorm_fold(mean, var, weight, bias, running_mean, running_var, eps, mome
         raise ValueError(f"batchnorm_fold: per-channel arrays must be (C,) with C >= 1, got shape {shape}")
     cols = shape[0]
     if not _has_kernel(dev, "batchnorm_fold"):
-        invstd = (var + eps) ** -0.5
-        scale = weight * invstd
-        return (invstd, scale, bias - mean * scale, running_mean * (1 - momentum) + mean * momentum,
-                running_var * (1 - momentum) + var * momentum)
+        return fused_specs.batchnorm_fold(NDARRAY, *ins, eps, momentum)
     outs = (NDArray._new(shape, dev), NDArray._new(shape, dev), NDArray._new(shape, dev), NDArray._new(shape, dev),
             NDArray._new(shape, dev))
     dev.batchnorm_fold(*[a.compact()._handle for a in ins], *[o._handle for o in outs], cols, eps, momentum)
@@ -331,8 +373,7 @@ def batchnorm_apply(x, scale, shift, relu=False):
     x = _columns("batchnorm_apply", x, scale=scale, shift=shift)
     rows, cols = x.shape
     if not _has_kernel(x._device, "batchnorm_apply"):
-        y = x * _columns_of(scale, x.shape) + _columns_of(shift, x.shape)
-        return y.maximum(0.0) if relu else y
+        return fused_specs.batchnorm_apply(NDARRAY, x, scale, shift, relu)
     out = NDArray._new((rows, cols), x._device)
     if relu:
         x._device.batchnorm_apply(x._handle, scale.compact()._handle, shift.compact()._handle, out._handle,
@@ -354,16 +395,8 @@ def batchnorm_backward(x, dy, mean, invstd, weight, batch_stats, relu_out=None):
         _same_layout("batchnorm_backward", x, dy=dy, relu_out=relu_out)
     rows, cols = x.shape
     dev = x._device
-    if relu_out is not None and not _has_kernel(dev, "batchnorm_backward"):
-        dy = relu_backward(dy, relu_out)
     if not _has_kernel(dev, "batchnorm_backward"):
-        xhat = (x - _columns_of(mean, x.shape)) * _columns_of(invstd, x.shape)
-        db, dw = dy.sum(axis=0), (dy * xhat).sum(axis=0)
-        k = _columns_of(weight * invstd, x.shape)
-        if not batch_stats:
-            return k * dy, dw, db
-        dx = k * (dy - _columns_of(db / rows, x.shape) - xhat * _columns_of(dw / rows, x.shape))
-        return dx, dw, db
+        return fused_specs.batchnorm_backward(NDARRAY, x, dy, mean, invstd, weight, batch_stats, relu_out)
     dx, dw, db = NDArray._new((rows, cols), dev), NDArray._new((cols,), dev), NDArray._new((cols,), dev)
     mask = () if relu_out is None else (relu_out.compact()._handle,)
     dev.batchnorm_backward(x._handle, dy.compact()._handle, mean.compact()._handle, invstd.compact()._handle,
@@ -386,12 +419,8 @@ def layernorm(x, weight, bias, eps):
     x = _layernorm_rows("layernorm", x, weight=weight, bias=bias)
     rows, cols = x.shape
     dev = x._device
-    if not _has_kernel(dev, "layernorm"):  # the same formulas in generic operations
-        mean = x.sum(axis=1) / cols
-        centered = x - _rows(mean, x.shape)
-        invstd = ((centered * centered).sum(axis=1) / cols + eps) ** -0.5
-        out = centered * _rows(invstd, x.shape) * _columns_of(weight, x.shape) + _columns_of(bias, x.shape)
-        return out, mean, invstd
+    if not _has_kernel(dev, "layernorm"):
+        return fused_specs.layernorm(NDARRAY, x, weight, bias, eps)
     out, mean, invstd = NDArray._new((rows, cols), dev), NDArray._new((rows,), dev), NDArray._new((rows,), dev)
     dev.layernorm(x._handle, weight.compact()._handle, bias.compact()._handle, out._handle, mean._handle,
                   invstd._handle, rows, cols, eps)
@@ -407,12 +436,7 @@ def layernorm_backward(x, dy, mean, invstd, weight):
     rows, cols = x.shape
     dev = x._device
     if not _has_kernel(dev, "layernorm_backward"):
-        s = _rows(invstd, x.shape)
-        xhat = (x - _rows(mean, x.shape)) * s
-        gw = dy * _columns_of(weight, x.shape)
-        a, c = gw.sum(axis=1) / cols, (gw * xhat).sum(axis=1) / cols
-        dx = s * (gw - _rows(a, x.shape) - xhat * _rows(c, x.shape))
-        return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
+        return fused_specs.layernorm_backward(NDARRAY, x, dy, mean, invstd, weight)
     dx, dw, db = NDArray._new((rows, cols), dev), NDArray._new((cols,), dev), NDArray._new((cols,), dev)
     dev.layernorm_backward(x._handle, dy.compact()._handle, mean.compact()._handle, invstd.compact()._handle,
                            weight.compact()._handle, dx._handle, dw._handle, db._handle, rows, cols)
@@ -427,22 +451,13 @@ def _lstm_args(name, z, c0, *states):
     return z.compact(), shape
 
 
-def _lstm_gates_generic(z, shape):
-    rows, hidden = shape
-    parts = [z[:, k * hidden:(k + 1) * hidden] for k in range(4)]
-    sig = lambda a: ((a * 0.5).tanh() + 1.0) * 0.5  # noqa: E731
-    return sig(parts[0]), sig(parts[1]), parts[2].tanh(), sig(parts[3])
-
-
 def lstm_cell(z, c0):
     """``(h, c)`` of one LSTM step from the gate pre-activations z (rows, 4 * hidden), [i | f | g | o]
     per row, and the previous cell c0 (rows, hidden), in one kernel."""
     z, shape = _lstm_args("lstm_cell", z, c0)
     dev = z._device
-    if not _has_kernel(dev, "lstm_cell"):  # the same formulas in generic operations
-        i, f, g, o = _lstm_gates_generic(z, shape)
-        c = f * c0 + i * g
-        return o * c.tanh(), c
+    if not _has_kernel(dev, "lstm_cell"):
+        return fused_specs.lstm_cell(NDARRAY, z, c0)
     h, c = NDArray._new(shape, dev), NDArray._new(shape, dev)
     dev.lstm_cell(z._handle, c0.compact()._handle, h._handle, c._handle, *shape)
     return h, c
@@ -453,11 +468,7 @@ def lstm_cell_backward(z, c0, dh, dc):
     z, shape = _lstm_args("lstm_cell_backward", z, c0, dh, dc)
     dev = z._device
     if not _has_kernel(dev, "lstm_cell_backward"):
-        i, f, g, o = _lstm_gates_generic(z, shape)
-        t = (f * c0 + i * g).tanh()
-        d = dc + dh * o * (1.0 - t * t)
-        parts = (d * g * i * (1.0 - i), d * c0 * f * (1.0 - f), d * i * (1.0 - g * g), dh * t * o * (1.0 - o))
-        return stack(parts, 1).reshape((shape[0], 4 * shape[1])), d * f
+        return fused_specs.lstm_cell_backward(NDARRAY, z, c0, dh, dc)
     dz, dc0 = NDArray._new(z.shape, dev), NDArray._new(shape, dev)
     dev.lstm_cell_backward(z._handle, c0.compact()._handle, dh.compact()._handle, dc.compact()._handle,
                            dz._handle, dc0._handle, *shape)
