@@ -1,8 +1,8 @@
 """Helpers for the backend tests: loading backend modules, and the contract's cases as hypothesis strategies.
 
-The cases themselves (buffers, strided views, special values) live in ``coursekit.backend_cases``,
-which the assignments that have students write a backend grade with; here they are driven by
-hypothesis, which shrinks a failing case.
+The cases themselves (buffers, strided views, special values) live beside the backends, in
+``needle_kernels.backend_ndarray.contract_cases``, which the assignments that have students write
+a backend grade with too; here they are driven by hypothesis, which shrinks a failing case.
 """
 import importlib
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from coursekit.backend_cases import SPECIAL_VALUES, get, put, strided_view, view_of  # noqa: F401
+from needle_kernels.backend_ndarray.contract_cases import SPECIAL_VALUES, get, put, strided_view, view_of  # noqa: F401
 
 PACKAGE = "needle_kernels.backend_ndarray"
 
@@ -55,7 +55,7 @@ class _HypothesisDraws:
 
 @st.composite
 def strided_views(draw, max_dims=4, max_side=6, allow_broadcast=True):
-    """``coursekit.backend_cases.strided_view`` as a hypothesis strategy."""
+    """``contract_cases.strided_view`` as a hypothesis strategy."""
     return strided_view(_HypothesisDraws(draw), max_dims, max_side, allow_broadcast)
 
 

@@ -4,238 +4,46 @@ Every test runs twice:
 
 * ``gpu``: the real backend on a CUDA device (marked ``gpu``, skipped
   without one);
-* ``host``: the same module and the same ``.cu`` sources on the CPU. A small
-  stand-in for cupy compiles each source with g++ behind a header that
-  defines the CUDA built-ins (one OS thread per CUDA thread, ``std::barrier``
-  for ``__syncthreads`` and warp shuffles, blocks one after another), and
+* ``host``: the same module and the same ``.cu`` sources on the CPU, with
+  ``needle_kernels.backend_ndarray.cupy_host`` in place of cupy: it compiles
+  each source with g++ behind a header that defines the CUDA built-ins, runs
+  the threads of a block in turns between barriers and warp shuffles, and
   passes kernel arguments as cuLaunchKernel does. Buffers carry NaN guard
   zones checked after every launch, so an out-of-bounds write fails the
-  test. This checks index arithmetic, bounds checks, grid-stride loops and
-  argument packing on machines without a GPU; it cannot check timing,
-  occupancy or memory-model races.
+  test. This checks index arithmetic, bounds checks, grid-stride loops,
+  barriers and argument packing on machines without a GPU; it cannot check
+  timing, occupancy or memory-model races.
 
 The grid is capped at a few blocks (``MAX_BLOCKS``) so that every kernel's
 grid-stride loops run more than once.
 """
-import ctypes
-import hashlib
-import os
 import re
 import shutil
-import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 
+from needle_kernels.backend_ndarray import cupy_host
 from needle_kernels.backend_ndarray import ndarray_backend_cuda as cu
 from needle_kernels.backend_ndarray import ndarray_backend_numpy as ref
-
-GXX = shutil.which("g++")
-
-# ---------------------------------------------------------------- host stand-in for cupy
-
-_HOST_PRELUDE = r"""
-#include <barrier>
-#include <cstring>
-#include <math.h>
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-struct nk_dim3 { unsigned x = 1, y = 1, z = 1; };
-static thread_local nk_dim3 threadIdx;
-static nk_dim3 blockIdx, blockDim, gridDim;
-static std::barrier<>* nk_block_barrier;
-static std::vector<std::barrier<>*> nk_warp_barriers;
-static float nk_shuffle[32][32];
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__ static  // blocks run one at a time, so one copy per kernel
-#define __align__(n) __attribute__((aligned(n)))
-
-struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
-inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
-
-inline void __syncthreads() { nk_block_barrier->arrive_and_wait(); }
-
-inline float __int_as_float(unsigned bits) { float f; std::memcpy(&f, &bits, 4); return f; }
-
-inline float __shfl_down_sync(unsigned, float v, int delta) {
-    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    const unsigned warp = t / 32, lane = t % 32;
-    nk_shuffle[warp][lane] = v;
-    nk_warp_barriers[warp]->arrive_and_wait();
-    const float r = lane + delta < 32 ? nk_shuffle[warp][lane + delta] : v;
-    nk_warp_barriers[warp]->arrive_and_wait();
-    return r;
-}
-"""
-
-_HOST_LAUNCHER = r"""
-template <class... Args, std::size_t... I>
-static void nk_call(void (*kernel)(Args...), void** params, std::index_sequence<I...>) {
-    kernel(*static_cast<std::remove_cv_t<std::remove_reference_t<Args>>*>(params[I])...);
-}
-
-template <class... Args>
-static void nk_launch(void (*kernel)(Args...), const unsigned* g, const unsigned* b, void** params) {
-    gridDim = {g[0], g[1], g[2]};
-    blockDim = {b[0], b[1], b[2]};
-    const unsigned n = b[0] * b[1] * b[2];
-    std::barrier<> block_barrier(n);
-    nk_block_barrier = &block_barrier;
-    std::vector<std::barrier<>*> warps;
-    for (unsigned w = 0; w * 32 < n; ++w) warps.push_back(new std::barrier<>(n - w * 32 < 32 ? n - w * 32 : 32));
-    nk_warp_barriers = warps;
-    for (unsigned z = 0; z < g[2]; ++z)
-        for (unsigned y = 0; y < g[1]; ++y)
-            for (unsigned x = 0; x < g[0]; ++x) {
-                blockIdx = {x, y, z};
-                std::vector<std::thread> threads;
-                for (unsigned t = 0; t < n; ++t)
-                    threads.emplace_back([=] {
-                        threadIdx = {t % b[0], (t / b[0]) % b[1], t / (b[0] * b[1])};
-                        nk_call(kernel, params, std::index_sequence_for<Args...>{});
-                    });
-                for (auto& th : threads) th.join();
-            }
-    for (auto* w : warps) delete w;
-}
-"""
-
-_GUARD = 64  # NaN elements before and after every buffer
-
-
-class _HostMemory:
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-
-class _HostArray:
-    """A float32 'device' buffer: numpy memory between two NaN guard zones."""
-
-    def __init__(self, size):
-        self.size = int(size)
-        self._raw = np.full(self.size + 2 * _GUARD, np.nan, dtype=np.float32)
-        self.data = _HostMemory(self._raw.ctypes.data + 4 * _GUARD)
-
-    def __getitem__(self, index):
-        """A prefix view a[:n], sharing memory; the rest of the buffer becomes guard zone."""
-        assert isinstance(index, slice) and index.start is None and index.step is None
-        view = object.__new__(_HostArray)
-        view.size, view._raw, view.data = min(index.stop, self.size), self._raw, self.data
-        return view
-
-    def get(self):
-        return self._raw[_GUARD:_GUARD + self.size].copy()
-
-    def set(self, arr):
-        assert arr.dtype == np.float32 and arr.size == self.size
-        self._raw[_GUARD:_GUARD + self.size] = arr
-
-    def check_guards(self, kernel):
-        guards = np.concatenate([self._raw[:_GUARD], self._raw[_GUARD + self.size:]])
-        assert np.isnan(guards).all(), f"{kernel} wrote outside a buffer of {self.size} elements"
-
-
-class _HostKernel:
-    def __init__(self, lib, name):
-        self.name = name
-        self._fn = getattr(lib, f"nk_launch_{name}")
-        self._fn.restype = None
-        self._fn.argtypes = [ctypes.POINTER(ctypes.c_uint)] * 2 + [ctypes.POINTER(ctypes.c_void_p)]
-
-    def __call__(self, grid, block, args):
-        grid, block = tuple(grid), tuple(block)
-        assert len(grid) == 3 and len(block) == 3 and min(grid + block) >= 1, (grid, block)
-        assert block[0] * block[1] * block[2] <= 1024 and block[2] <= 64, f"{self.name}: block {block}"
-        assert grid[0] < 2 ** 31 and grid[1] <= 65535 and grid[2] <= 65535, f"{self.name}: grid {grid}"
-        keep, pointers, arrays = [], [], []
-        for a in args:  # what cupy does: each argument's bytes, by address
-            if isinstance(a, _HostArray):
-                cell = np.array([a.data.ptr], dtype=np.uint64)
-                arrays.append(a)
-            elif isinstance(a, np.ndarray):
-                assert a.size == 1, "cupy passes only one-element numpy arrays by value"
-                cell = a
-            elif isinstance(a, (np.float32, np.float64, np.int32, np.int64)):  # float, double, int, long long
-                cell = np.array([a])
-            else:
-                raise TypeError(f"{self.name}: argument of type {type(a).__name__} is not passed explicitly typed")
-            keep.append(cell)
-            pointers.append(cell.ctypes.data)
-        params = (ctypes.c_void_p * len(pointers))(*pointers)
-        self._fn((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), params)
-        for a in arrays:
-            a.check_guards(self.name)
-
-
-class _HostModule:
-    _cache = {}
-
-    def __init__(self, code, options, build_dir):
-        kernels = re.findall(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(', code)
-        defines = [o for o in options if o.startswith("-D")]
-        launchers = "".join(
-            f'extern "C" void nk_launch_{k}(const unsigned* g, const unsigned* b, void** p) '
-            f"{{ nk_launch({k}, g, b, p); }}\n" for k in kernels
-        )
-        text = _HOST_PRELUDE + code + _HOST_LAUNCHER + launchers
-        key = hashlib.sha256((text + " ".join(defines)).encode()).hexdigest()[:16]
-        if key not in self._cache:
-            src = os.path.join(build_dir, f"kernels_{key}.cpp")
-            lib = os.path.join(build_dir, f"kernels_{key}.so")
-            with open(src, "w") as f:
-                f.write(text)
-            cmd = [GXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", *defines, src, "-o", lib]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            assert proc.returncode == 0, proc.stderr
-            self._cache[key] = ctypes.CDLL(lib)
-        self._lib = self._cache[key]
-
-    def get_function(self, name):
-        return _HostKernel(self._lib, name)
-
-
-def _host_cupy(build_dir):
-    """A module with the parts of cupy the backend uses, running kernels on the CPU."""
-    fake = types.ModuleType("cupy")
-    fake.empty = lambda size, dtype: _HostArray(size)
-    fake.RawModule = lambda code, options=(): _HostModule(code, options, build_dir)
-    stream = types.SimpleNamespace(synchronize=lambda: None)
-    fake.cuda = types.SimpleNamespace(
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
-        get_current_stream=lambda: stream,
-    )
-    return fake
 
 
 # ---------------------------------------------------------------- fixtures
 
-@pytest.fixture(scope="module")
-def host_build_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cuda_host"))
-
-
 @pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "host"])
-def be(request, monkeypatch, host_build_dir):
-    """The CUDA backend module, on the GPU or on the host stand-in."""
+def be(request, monkeypatch):
+    """The CUDA backend module, on the GPU or on the host stand-in for cupy."""
     monkeypatch.setattr(cu, "MAX_BLOCKS", 3)
     if request.param == "gpu":
         if not cu.is_available():
             pytest.skip(f"no GPU: {cu.unavailable_reason()}")
         yield cu
         return
-    if GXX is None:
+    if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
-    monkeypatch.setitem(sys.modules, "cupy", _host_cupy(host_build_dir))
-    monkeypatch.setattr(cu, "_availability", (True, ""))
+    monkeypatch.setitem(sys.modules, "cupy", cupy_host)
+    monkeypatch.setattr(cu, "_availability", None)  # probed again, on the stand-in
     monkeypatch.setattr(cu, "_modules", {})
     monkeypatch.setattr(cu, "_functions", {})
     yield cu

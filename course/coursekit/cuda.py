@@ -8,11 +8,13 @@ CUDA cells written against cupy (``RawModule``/``RawKernel``, ``asarray``/``asnu
     print("CUDA runs on:", describe(cp))
 
 ``COURSEKIT_CUDA`` overrides the choice: ``host`` always takes the stand-in (to check a notebook on
-a GPU machine as a CPU-only grader would), ``gpu`` refuses to fall back.
+a GPU machine as a CPU-only grader would), ``gpu`` refuses to fall back. The stand-in is the
+package's ``needle_kernels.backend_ndarray.cupy_host``, which its CUDA backend is tested on too.
 """
 import os
 
 ENV_VAR = "COURSEKIT_CUDA"
+HOST_MODULE = "needle_kernels.backend_ndarray.cupy_host"
 
 _why_host = None
 
@@ -35,7 +37,7 @@ def _real_cupy():
 
 
 def cupy_or_host():
-    """Real cupy when ``cupy.cuda.runtime.getDeviceCount() > 0``, else ``coursekit.cupy_host``."""
+    """Real cupy when ``cupy.cuda.runtime.getDeviceCount() > 0``, else the host stand-in (``HOST_MODULE``)."""
     global _why_host
     choice = os.environ.get(ENV_VAR, "").strip().lower()
     if choice not in ("", "auto", "gpu", "host"):
@@ -50,13 +52,13 @@ def cupy_or_host():
         _why_host = why
     else:
         _why_host = f"{ENV_VAR}=host"
-    from . import cupy_host
+    from needle_kernels.backend_ndarray import cupy_host
     return cupy_host
 
 
 def is_host(cp):
     """True when ``cp`` is the host stand-in rather than cupy on a GPU."""
-    return getattr(cp, "__name__", "") == f"{__package__}.cupy_host"
+    return getattr(cp, "__name__", "") == HOST_MODULE
 
 
 def describe(cp):

@@ -20,7 +20,7 @@ not write comes from here, the same for every notebook:
   ``adam_update`` (scalar and element-wise kernels).
 
 The checks compare a backend module with numpy formulas on the cases of the package's backend
-contract (``coursekit.backend_cases``), and train a small model on a device.
+contract (``needle_kernels.backend_ndarray.contract_cases``), and train a small model on a device.
 """
 import os
 import re
@@ -31,11 +31,11 @@ import types
 import numpy as np
 
 from needle_kernels.backend_ndarray import backend_checks as bc
+from needle_kernels.backend_ndarray.contract_cases import SPECIAL_VALUES, RandomDraws, get, put, strided_view, view_of
 from needle_kernels.backend_ndarray.device import make_device
 from needle_kernels.backend_ndarray.kernels import REGISTRY, names as kernel_names
 
-from .backend_cases import SPECIAL_VALUES, RandomDraws, get, put, strided_view, view_of
-from .withhold import _namespace
+from .withhold import notebook_namespace
 
 TILE = 8    # __tile_size__ of the package's backends: matmul_tiled's layout
 # The families of the table students write, from the package's kernel registry: {name: the numpy
@@ -60,7 +60,7 @@ def host_buffers():
 
 
 def device_buffers(cp):
-    """Array, to_numpy, from_numpy, fill in the memory of ``cp`` (cupy, or coursekit's host stand-in):
+    """Array, to_numpy, from_numpy, fill in the memory of ``cp`` (cupy, or its host stand-in ``cupy_host``):
     ``Array.array`` is a 1-D float32 device array, which a kernel launch passes as a ``float*``."""
 
     class Array:
@@ -76,8 +76,7 @@ def device_buffers(cp):
             return self.array.size
 
         def ptr(self):
-            data = getattr(self.array, "data", None)
-            return int(data.ptr) if data is not None else self.array._pointer()
+            return int(self.array.data.ptr)
 
     def to_numpy(a, shape, strides, offset):
         shape, strides, offset = bc.read_view("to_numpy", shape, strides, offset)
@@ -157,7 +156,7 @@ def _notebook_kernel(name, notebook_name):
 
     def kernel(*args):
         args = check(*args)
-        fn = _namespace().get(notebook_name)
+        fn = notebook_namespace().get(notebook_name)
         if fn is None:
             raise NameError(f"{notebook_name} is not defined in this notebook yet")
         fn(*args)

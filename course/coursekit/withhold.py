@@ -85,7 +85,7 @@ _STATE = _State()
 
 # ---- where the student's code lives ------------------------------------------------------------
 
-def _namespace():
+def notebook_namespace():
     """The notebook's global namespace (IPython's user namespace, else ``__main__``)."""
     if _STATE.namespace is not None:
         return _STATE.namespace
@@ -200,7 +200,7 @@ def _why_not_students(part, candidate):
 def students(name):
     """The notebook's object for the withheld ``name``, checked; raises WithheldError otherwise."""
     part = _STATE.parts[name]
-    candidate = _namespace().get(name)
+    candidate = notebook_namespace().get(name)
     # keyed by name too: one object (None above all) is checked against each part it stands for
     seen = _STATE.checked.get((name, id(candidate)))
     if seen is None or seen[0] is not candidate:
@@ -502,7 +502,7 @@ def grading(task, *names):
         raise LookupError(f"{task}: {sorted(unknown)} are not withheld parts of {_STATE.assignment}")
     for name in sorted(under_test, key=list(_STATE.parts).index):
         students(name)
-    namespace = _namespace()
+    namespace = notebook_namespace()
     # a part whose package code is not in this process (a graded run's build) stays the student's
     others = [p for p in parts() if p.name not in under_test and not absent(p)]
     # the test's own names (a test cell runs at the notebook's top level) go on the way out,

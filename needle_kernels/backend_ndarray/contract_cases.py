@@ -2,14 +2,14 @@
 
 A backend module is a flat table of kernels over flat float32 buffers (``Array``), with views
 given as (shape, strides, offset) in elements; ``ndarray_backend_numpy`` defines what each
-kernel means. The package's backend tests (``autotests/backend``) and the assignments that have
-students write a backend draw their cases from here, so both test the same things: views with
+kernel means (``kernels.py`` lists them, ``backend_checks.py`` checks their arguments). Every
+check of a backend draws its cases from here, so all of them test the same things: views with
 steps of either sign, offsets, permuted axes, zero (broadcast) strides, empty and one-element
 shapes.
 
 ``strided_view(draws)`` builds one case from a source of random choices: ``RandomDraws(seed)``
 (numpy's generator, reproducible, what grading uses) or a hypothesis ``draw`` wrapped by the
-package's tests (hypothesis then shrinks a failing case).
+tests (hypothesis then shrinks a failing case).
 """
 import numpy as np
 
