@@ -4,14 +4,13 @@ import os
 # After a parallel region, libgomp's threads spin for a while before sleeping
 # (300,000 spins by default). In a notebook that mixes numpy (OpenBLAS threads)
 # or PyTorch (its own OpenMP runtime) with needle_kernels on a small machine,
-# those spinning threads take the cores the other library needs: alternating
-# numpy and OpenMP calls ran about 6x slower here than with threads that sleep at
-# once. Sleeping at once (OMP_WAIT_POLICY=PASSIVE) costs every kernel a wake-up,
-# which made 200 back-to-back element-wise kernels 3-4x slower. A short spin,
-# GOMP_SPINCOUNT=10000, keeps nearly all of both: the kernels of a training step
-# find their threads awake, and numpy gets its cores back within microseconds
-# (benchmarks/bench_wait_policy.py prints the three). The runtime reads this when
-# the extension first loads; set OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose.
+# those spinning threads take the cores the other library needs. Sleeping at once
+# (OMP_WAIT_POLICY=PASSIVE) instead costs every kernel a wake-up, which short
+# kernels run back to back feel most. A short spin, GOMP_SPINCOUNT=10000, keeps
+# nearly all of both: the kernels of a training step find their threads awake,
+# and numpy gets its cores back within microseconds (benchmarks/bench_wait_policy.py
+# prints the three; benchmarks/README.md has the figures). The runtime reads this
+# when the extension first loads; set OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose.
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "10000"
 from .device import (

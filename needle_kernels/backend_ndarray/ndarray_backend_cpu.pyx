@@ -168,10 +168,10 @@ cdef enum:
     # Below this much work (elements; flops / MATMUL_FLOPS_PER_ELEMENT for matmul) a kernel runs
     # on one thread.
     PARALLEL_MIN_WORK = 32768
-    # A product's flops per element of work: 16 gives two threads from 256k multiply-adds on.
-    # `benchmarks/bench_backend.py --only "(small)"`, then with --threads 1: 64^3 106.6 against
-    # 83.8 GFLOP/s, the MLPResNet's 100x100x50 111.0 against 75.1 and 100x50x100 121.8 against
-    # 82.7 (at 64 these had one thread)
+    # A product's flops per element of work: 16 gives two threads from 256k multiply-adds on,
+    # low enough that small products (64^3, the MLPResNet's 100x100x50) get a second thread,
+    # which repays its wake-up there (bench_backend.py's "(small)" rows, with and without
+    # --threads 1; benchmarks/README.md has the figures).
     MATMUL_FLOPS_PER_ELEMENT = 16
     # Tiles of a transpose-like copy are COPY_TILE x COPY_TILE.
     COPY_TILE = 32
@@ -180,22 +180,24 @@ cdef enum:
     # The direct kernel (kern.direct) reads a row-major A in place. A product whose B has at
     # most this many floats (1 MB, an L2 here) reads B in place too: B stays in L2 while A
     # streams past once.
-    # Measured here against the packed kernel it was 1.05-4x faster on such shapes, from
-    # 16x400x100 (an LSTM step) to 16384x576x64 (a 3x3 convolution's im2col product).
+    # Packing such a B costs more than it saves, from 16x400x100 (an LSTM step) to
+    # 16384x576x64 (a 3x3 convolution's im2col product).
     GEMM_DIRECT_B = 1 << 18
     # A product at most this many columns wide with a bigger B packs only B, whole, into
     # column strips (when A has GEMM_DIRECT_PACK_ROWS rows to repay that; fewer read B in
-    # place): a weight gradient X^T @ dY, 576 x 16384 @ 16384 x 64, ran 1.5x faster so.
+    # place): a weight gradient X^T @ dY, 576 x 16384 @ 16384 x 64, then reads B's strips
+    # contiguously instead of striding through a B that has left the cache.
     GEMM_DIRECT_COLS = 512
     GEMM_DIRECT_PACK_ROWS = 64
     # A product this deep or deeper, with a transposed A of fewer than GEMM_DIRECT_PACK_ROWS
     # rows (a weight gradient X^T @ dY over a whole batch of pixels), splits its depth among
     # the threads, each summing its share into its own copy of the small output: splitting
-    # C's rows instead left 16 rows to one thread (the direct kernel gathers a transposed A
-    # 16 rows at a time). bench_backend's 16x8192x147 row went from 60 to 124 GFLOP/s.
+    # C's rows instead would leave 16 rows to one thread (the direct kernel gathers a
+    # transposed A 16 rows at a time), so only one thread would work (bench_backend.py's
+    # "16x8192x147, A = view.T" row is such a product).
     GEMM_KSPLIT_DEPTH = 1024
-    # Floats of B per block of the depth-split product's sum (256 KB, well inside an L2):
-    # bench_backend's 16x8192x147 row (B in cache) went from 123 to 147 GFLOP/s.
+    # Floats of B per block of the depth-split product's sum (256 KB, well inside an L2), so
+    # that a block of B stays in cache while every row of the thread's share of A passes it.
     GEMM_KSPLIT_BLOCK_B = 1 << 16
     # Most floats of B packed at once (256 MB).
     GEMM_PACK_MAX = 1 << 26

@@ -93,9 +93,10 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
     """C = A @ B by kern.direct, the threads taking contiguous blocks of rows; A's element (i, k)
     is A[i * ars + k * acs], and B is row-major (n, p) or, with b_trans, the row-major (p, n)
     array of its transpose. B is first packed whole into column strips when it is transposed,
-    or bigger than the in-place limit with enough rows of A to repay that (16 x 8192 @ 8192 x
-    147 ran at 129 GFLOP/s in place, 75 packed). A row-major A is read in place; a transposed
-    one is gathered 16 rows at a time (see nk_direct in the gemm header)."""
+    or bigger than the in-place limit with enough rows of A to repay that (a short, deep
+    product such as 16 x 8192 @ 8192 x 147 has too few rows to repay packing B). A row-major A
+    is read in place; a transposed one is gathered 16 rows at a time (see nk_direct in the gemm
+    header)."""
     cdef Py_ssize_t per_thread = n * (kern.dnr + kern.dmr + 16), blocks = (m + kern.dmr - 1) // kern.dmr, rows, r0
     cdef Py_ssize_t NR = kern.dnr, npan = (p + NR - 1) // NR, jp
     cdef int t
