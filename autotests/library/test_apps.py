@@ -6,18 +6,7 @@ import needle_kernels as ndl
 from needle_kernels.apps import mlp_resnet, simple_ml
 from needle_kernels.apps.models import LanguageModel, ResNet9
 from needle_kernels.data import paths, synthetic
-
-
-def numerical_gradient(f, x, eps=1e-5):
-    """Central differences of the scalar f at x (float64)."""
-    x = x.astype(np.float64)
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[idx] += eps
-        xm[idx] -= eps
-        g[idx] = (f(xp) - f(xm)) / (2 * eps)
-    return g
+from needle_kernels.gradcheck import numerical_gradients
 
 
 def num_params(model):
@@ -73,7 +62,7 @@ def test_softmax_regression_epoch_is_a_gradient_step():
     X = np.random.randn(50, 5).astype(np.float32)
     y = np.random.randint(3, size=(50,)).astype(np.uint8)
     theta = np.zeros((5, 3), dtype=np.float32)
-    grad = numerical_gradient(lambda th: simple_ml.softmax_loss(X @ th, y), theta)
+    [grad] = numerical_gradients(lambda th: simple_ml.softmax_loss(X @ th, y), [theta], eps=1e-5)
     simple_ml.softmax_regression_epoch(X, y, theta, lr=1.0, batch=50)
     np.testing.assert_allclose(theta, -grad, rtol=1e-4, atol=1e-4)
 
@@ -97,8 +86,8 @@ def test_nn_epoch_is_a_gradient_step():
     W1 = (np.random.randn(5, 10) / np.sqrt(10)).astype(np.float32)
     W2 = (np.random.randn(10, 3) / np.sqrt(3)).astype(np.float32)
     W1_0, W2_0 = W1.copy(), W2.copy()
-    g1 = numerical_gradient(lambda w: simple_ml.softmax_loss(np.maximum(X @ w, 0) @ W2_0, y), W1_0)
-    g2 = numerical_gradient(lambda w: simple_ml.softmax_loss(np.maximum(X @ W1_0, 0) @ w, y), W2_0)
+    g1, g2 = numerical_gradients(lambda w1, w2: simple_ml.softmax_loss(np.maximum(X @ w1, 0) @ w2, y),
+                                 [W1_0, W2_0], eps=1e-5)
     simple_ml.nn_epoch(X, y, W1, W2, lr=1.0, batch=40)
     np.testing.assert_allclose(W1_0 - W1, g1, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(W2_0 - W2, g2, rtol=1e-4, atol=1e-4)
