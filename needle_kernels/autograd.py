@@ -266,11 +266,6 @@ class Tensor(Value):
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
 
     @staticmethod
-    def _array_from_numpy(numpy_array, device, dtype):
-        """needle's name for the conversion ``Tensor(...)`` applies (always a copy)."""
-        return array_api.array(numpy_array, dtype=dtype, device=device)
-
-    @staticmethod
     def make_const(data, requires_grad=False):
         """A leaf Tensor around an array (an NDArray, numpy array in np mode, or a Tensor's data)."""
         tensor = Tensor.__new__(Tensor)

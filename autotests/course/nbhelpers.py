@@ -37,7 +37,7 @@ def all_notebooks():
 
 
 def lecture_notebooks():
-    return sorted(LECTURES.glob("*.ipynb")) + sorted((COURSE / "labs").glob("*.ipynb"))
+    return sorted(LECTURES.glob("*.ipynb"))
 
 
 def assignment_ids():
