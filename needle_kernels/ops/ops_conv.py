@@ -42,16 +42,24 @@ def flip(a, axes):
     return Flip(axes)(a)
 
 
-class Dilate(TensorOp):
-    """Insert ``dilation`` zeros after every entry along ``axes`` (needle's layout:
-    an axis of n becomes n * (dilation + 1), trailing zeros included).
+class _Dilation(TensorOp):
+    """An op that spaces (or gathers) entries ``dilation + 1`` apart along ``axes`` (an int or a sequence).
 
-    da = undilate(g, axes, dilation).
+    Only the constructor is shared: each op's compute and gradient stay in its own class
+    body, where a build that withholds one op's code finds and removes them.
     """
 
     def __init__(self, axes, dilation):
         self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
         self.dilation = int(dilation)
+
+
+class Dilate(_Dilation):
+    """Insert ``dilation`` zeros after every entry along ``axes`` (needle's layout:
+    an axis of n becomes n * (dilation + 1), trailing zeros included).
+
+    da = undilate(g, axes, dilation).
+    """
 
     def compute(self, a):
         if self.dilation == 0:
@@ -70,12 +78,8 @@ def dilate(a, axes, dilation):
     return Dilate(axes, dilation)(a)
 
 
-class UnDilate(TensorOp):
+class UnDilate(_Dilation):
     """Keep every ``(dilation + 1)``-th entry along ``axes`` (a view).  da = dilate(g, axes, dilation)."""
-
-    def __init__(self, axes, dilation):
-        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
-        self.dilation = int(dilation)
 
     def compute(self, a):
         if self.dilation == 0:
