@@ -19,7 +19,6 @@ other's cores.
 import argparse
 import importlib
 import os
-import platform
 import sys
 import time
 
@@ -28,6 +27,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from benchmarks.machine import describe  # noqa: E402
 
 
 def load(name):
@@ -92,8 +93,9 @@ def run_cpu(args):
     threads = args.threads or cpu.get_num_threads()
     b = Bench(cpu, args.repeats, threads, args.only)
     rng = np.random.default_rng(0)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}")
-    print(f"openmp threads: {threads}; instruction set: {cpu.isa()}")
+    for line in describe():
+        print(line)
+    print(f"openmp threads: {threads}")
     header(f"Cython + OpenMP backend ({threads} threads) vs numpy; ratio = numpy time / openmp time")
 
     for n in args.sizes:

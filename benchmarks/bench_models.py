@@ -18,6 +18,9 @@ Every row times needle_kernels and PyTorch side by side in this one run:
   step, and each library's growth of the process's peak RSS over the same (first)
   step, each measured in a fresh process.
 
+The rows are one table, ``ROWS``: each names its workload's builder in each
+library, so adding a row is adding one entry.
+
 needle_kernels runs its backward passes with ``create_graph=False``, the
 computation PyTorch's ``backward()`` does by default (no graph of the gradients
 is recorded; needle's own default records one, so they can be differentiated
@@ -30,41 +33,85 @@ process's start). The ratio is needle_kernels time / reference
 time. Without torch only the needle_kernels column is printed. ``--profile``
 adds, for needle_kernels, the time spent in each op's ``compute`` (forward and
 backward together), in each backend kernel, and the Python functions with the
-most own time.
+most own time. The output starts with the machine: CPU, cores, the backend's
+instruction set and matmul blocking, numpy's BLAS, PyTorch (``machine.py``).
 
     python benchmarks/bench_models.py [--threads N] [--repeat R] [--profile] [--only ROW ...]
+    python benchmarks/bench_models.py --separate-processes [--repeat R] [--only ROW ...]
     python benchmarks/bench_models.py --device cuda --only resnet9 mlp   # on the GPU, against PyTorch CUDA
 
 ``--device cuda`` runs the ResNet9 and MLPResNet rows on ``cuda()`` against PyTorch on the same
 GPU (each timed call ends with both libraries' device synchronised); the other rows exist on the
 CPU only and are skipped.
 
-Both libraries run in this one process, each with its own OpenMP runtime
-(torch ships its own libgomp). By default an OpenMP thread keeps spinning
-for a while after a parallel region (300,000 spins), so the idle runtime's
-threads take the cores the busy one needs and both slow down several-fold on
-a small machine. The script therefore sets ``GOMP_SPINCOUNT=10000`` (a short
-spin, then sleep: what needle_kernels itself sets, see
-``benchmarks/bench_wait_policy.py``) for both runtimes, unless
-``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is already set (they must be set
-before either runtime starts).
+By default both libraries run in this one process. torch ships its own libgomp,
+but under the same file name as the system's, so the loader keeps whichever
+loads first and the two libraries share one OpenMP runtime; numpy's OpenBLAS
+has a thread pool of its own. By default an OpenMP thread keeps spinning for a
+while after a parallel region (300,000 spins), so idle threads take the cores
+the busy ones need and everything slows down several-fold on a small machine.
+The script therefore sets ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep:
+what needle_kernels itself sets, see ``benchmarks/bench_wait_policy.py``) for
+the process, unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is already set
+(they must be set before the runtime starts).
+
+``--separate-processes`` instead times each library in a fresh process of its
+own, started alternately (needle, reference, needle, ...) ``--repeat`` times a
+row: each process builds the workload, warms it up and times one call, with the
+library's own defaults (the environment as given, its own thread count unless
+``--threads``), so nothing the other library left spinning shares its cores.
+It prints the median and the range (min-max) of each library and the ratio of
+the medians.
 """
 import os
+import sys
 
-if "OMP_WAIT_POLICY" not in os.environ:
+# The environment as it was given, before this script or needle_kernels set an OpenMP variable:
+# the processes of --separate-processes run under it, each library with its own defaults.
+GIVEN_ENV = dict(os.environ)
+
+
+def library_alone(argv):
+    """The library a process of --separate-processes times ("needle" or "reference"), else None.
+
+    Read from the command line before argparse runs: the OpenMP settings must be chosen before
+    either library loads its runtime, which happens at the imports below.
+    """
+    for i, arg in enumerate(argv):
+        if arg == "--library" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--library="):
+            return arg.partition("=")[2]
+    return None
+
+
+ALONE = library_alone(sys.argv[1:])
+if ALONE is None and "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import collections  # noqa: E402
+import functools  # noqa: E402
 import cProfile  # noqa: E402
 import pstats  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Callable, NamedTuple  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+# torch before needle_kernels: in a reference process, torch's OpenMP runtime is then the one
+# loaded, under the environment as given (needle_kernels sets GOMP_SPINCOUNT when imported). A
+# needle process never loads torch, whose runtime the backend would otherwise share.
+torch = None
+if ALONE != "needle":
+    try:
+        import torch
+    except ImportError:  # the torch columns are skipped
+        torch = None
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
@@ -73,10 +120,7 @@ import needle_kernels as ndl  # noqa: E402
 from needle_kernels.apps import mlp_resnet  # noqa: E402
 from needle_kernels.apps.models import LanguageModel, ResNet9  # noqa: E402
 
-try:
-    import torch
-except ImportError:  # the torch columns are skipped
-    torch = None
+from benchmarks.machine import describe  # noqa: E402
 
 
 def data_root():
@@ -524,8 +568,9 @@ def memory_probe(lib, threads):
 
 
 def measure_memory(lib, threads):
-    out = subprocess.run([sys.executable, __file__, "--memory-probe", lib, "--threads", str(threads)],
-                         capture_output=True, text=True, check=True, env={**os.environ})
+    """The probe's JSON from a fresh process; ``threads`` None leaves the library its default."""
+    command = [sys.executable, __file__, "--memory-probe", lib] + (["--threads", str(threads)] if threads else [])
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env={**os.environ})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -597,39 +642,302 @@ def _all_subclasses(cls):
         yield from _all_subclasses(sub)
 
 
-# ---------------------------------------------------------------- main
+# ---------------------------------------------------------------- the table of rows
 
 
 WARMUP = 3
 
 
-def median_alternating(a, b, repeat):
-    ta, tb = [], []
-    for _ in range(repeat):
-        ta.append(a())
-        if b is not None:
-            tb.append(b())
-    return float(np.median(ta)), (float(np.median(tb)) if tb else None)
+class Setup(NamedTuple):
+    """Where and how the workloads run."""
+    needle_device: object  # None: the default cpu()
+    torch_device: str  # "cpu" or "cuda", also the --device the processes of --separate-processes get
+    threads: int | None  # None: each library's default (--separate-processes without --threads)
 
 
-ROWS = ["resnet9", "mlp", "lstm", "ptb", "transformer", "conv", "matmul", "overhead", "memory"]
+class Skip(Exception):
+    """A row that cannot run here (its data is missing); the message says so."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the report: the same workload built in needle_kernels and in the reference library.
+
+    ``inputs()`` makes the data both share (raising Skip when it is missing); ``needle(inputs,
+    setup)`` and ``reference(inputs, setup)`` each build a workload: a call that runs it once and
+    returns its seconds (the memory row's: what its fresh process measured).
+    """
+    key: str  # the --only choice; the two ResNet9 rows share one
+    title: str
+    needle: Callable
+    reference: Callable
+    inputs: Callable = lambda: None
+    reference_library: str = "torch"
+    unit: str = "ms"
+    ratio: str = "needle_kernels time / torch time"
+    size_of: Callable | None = None  # the size of data that varies (PTB's tokens), shown after the title
+    warmups: int = WARMUP  # untimed calls of each library before the timed ones
+    most_repeats: int | None = None  # rows of whole epochs and passes time at most this many calls
+    in_own_processes: bool = False  # its workloads start a fresh process each (--separate-processes or not)
+    on_cuda: bool = False  # exists on --device cuda
+
+    def name(self, inputs):
+        return f"{self.title} ({self.size_of(inputs)})" if self.size_of else self.title
+
+    def timings(self, repeat):
+        return min(repeat, self.most_repeats or repeat)
+
+    def has_reference(self):
+        return self.reference_library != "torch" or torch is not None
+
+
+def mnist_8000():
+    X, y, _, _ = ndl.data.load_mnist_split(8000, 2000, root=data_root())
+    return X, y
+
+
+def ndl_mlp_workload(data, setup):
+    X, y = data
+    ndl_mlp_epoch(X[:1000], y[:1000], device=setup.needle_device)  # warm-up on a short epoch: a whole one is long
+    return lambda: ndl_mlp_epoch(X, y, device=setup.needle_device)[0]
+
+
+def torch_mlp_workload(data, setup):
+    X, y = data
+    torch_mlp_epoch(X[:1000], y[:1000], device=setup.torch_device)
+    return lambda: torch_mlp_epoch(X, y, device=setup.torch_device)[0]
+
+
+def ptb_valid():
+    batches = ptb_valid_batches()
+    if batches is None:
+        raise Skip("LSTM LM pass over PTB valid: skipped, no ptb/valid.txt in the data directory")
+    return batches
+
+
+def matrices_256():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
+
+
+def ndl_matmul_workload(ab, setup):
+    A, B = ndl.backend_ndarray.array(ab[0]), ndl.backend_ndarray.array(ab[1])
+    return lambda: timed_min_batch(lambda: A @ B, 50, settle_s=0.25)
+
+
+def numpy_matmul_workload(ab, setup):
+    a, b = ab
+    return lambda: timed_min_batch(lambda: a @ b, 50, settle_s=0.25)
+
+
+def conv_input():
+    return np.random.default_rng(0).standard_normal((64, 64, 16, 16)).astype(np.float32)
+
+
+ROWS = [
+    Row("resnet9", "ResNet9 fwd+bwd, batch 128", inputs=cifar_batch, on_cuda=True,
+        needle=lambda xy, s: ResNet9Step(*xy, False, s.needle_device),
+        reference=lambda xy, s: TorchResNet9Step(*xy, False, s.torch_device)),
+    Row("resnet9", "ResNet9 training step (Adam), batch 128", inputs=cifar_batch, on_cuda=True,
+        needle=lambda xy, s: ResNet9Step(*xy, True, s.needle_device),
+        reference=lambda xy, s: TorchResNet9Step(*xy, True, s.torch_device)),
+    Row("mlp", "MLPResNet epoch, 8000 MNIST, batch 100", inputs=mnist_8000, on_cuda=True,
+        needle=ndl_mlp_workload, reference=torch_mlp_workload, warmups=0, most_repeats=3),
+    Row("lstm", "LSTM LM training step, bptt 40 x batch 16", inputs=lambda: token_batch(BPTT, BATCH),
+        needle=lambda xy, s: NdlLMStep(ndl_lstm_lm(), *xy),
+        reference=lambda xy, s: TorchLMStep(torch_lstm_lm(), *xy)),
+    Row("ptb", "LSTM LM eval pass, PTB valid", inputs=ptb_valid, size_of=lambda b: f"{b.size} tokens",
+        needle=lambda b, s: functools.partial(ndl_lm_pass, ndl_lstm_lm(), b),
+        reference=lambda b, s: functools.partial(torch_lm_pass, torch_lstm_lm(), b), warmups=0, most_repeats=3),
+    Row("transformer", "Transformer LM training step, seq 32 x batch 16", inputs=lambda: token_batch(32, BATCH),
+        needle=lambda xy, s: NdlLMStep(NdlTransformerLM(), *xy),
+        reference=lambda xy, s: TorchLMStep(torch_transformer_lm(), *xy)),
+    Row("conv", "conv 3x3 64->64, 16x16, batch 64, fwd+bwd", inputs=conv_input,
+        needle=lambda x, s: NdlConvStep(x), reference=lambda x, s: TorchConvStep(x)),
+    Row("matmul", "matmul 256x256 (NDArray vs numpy)", inputs=matrices_256, reference_library="numpy",
+        ratio="NDArray time / numpy time", needle=ndl_matmul_workload, reference=numpy_matmul_workload),
+    Row("overhead", "chain of 1000 ops on (4,4), fwd+bwd",
+        needle=lambda _, s: NdlChain(), reference=lambda _, s: TorchChain()),
+    Row("memory", "ResNet9 step memory (MB)", unit="MB", warmups=0, most_repeats=1, in_own_processes=True,
+        ratio="needle_kernels allocator peak / torch RSS growth",
+        needle=lambda _, s: lambda: measure_memory("ndl", s.threads),
+        reference=lambda _, s: lambda: measure_memory("torch", s.threads)),
+]
+ROW_KEYS = list(dict.fromkeys(row.key for row in ROWS))
+
+
+# ---------------------------------------------------------------- measuring a row
+
+
+@dataclass
+class Measured:
+    """A row's samples: one per timed call (the memory row: the probe's figures)."""
+    row: Row
+    name: str
+    needle: list
+    reference: list | None  # None: the reference library is missing
+
+
+def median_ms(samples):
+    return float(np.median(samples)) * 1e3
+
+
+def measure_here(row, setup, repeat, profile_needle):
+    """Both libraries in this process: warm-ups, then ``repeat`` calls alternating needle and reference."""
+    inputs = row.inputs()
+    needle = row.needle(inputs, setup)
+    reference = row.reference(inputs, setup) if row.has_reference() else None
+    for _ in range(row.warmups):
+        needle()
+        if reference is not None:
+            reference()
+    needle_samples, reference_samples = [], []
+    for _ in range(row.timings(repeat)):
+        needle_samples.append(needle())
+        if reference is not None:
+            reference_samples.append(reference())
+    measured = Measured(row, row.name(inputs), needle_samples, reference_samples if reference is not None else None)
+    if row.unit == "ms":
+        against = f" against {median_ms(measured.reference):.1f} ms" if measured.reference else ""
+        print(f"  {measured.name}: {median_ms(measured.needle):.1f} ms" + against, flush=True)
+        if profile_needle:
+            print(f"\nprofile: {measured.name}")
+            profile(needle)
+    return measured
+
+
+def measure_alone(index, library, setup):
+    """Run in a fresh process of --separate-processes: time one library's workload of ROWS[index]
+    once after its warm-ups and print the result as JSON (a skip's reason, without the data)."""
+    row = ROWS[index]
+    try:
+        inputs = row.inputs()
+    except Skip as why:
+        print(json.dumps({"skipped": str(why)}))
+        return
+    workload = (row.needle if library == "needle" else row.reference)(inputs, setup)
+    for _ in range(row.warmups):
+        workload()
+    print(json.dumps({"name": row.name(inputs), "seconds": workload()}))
+
+
+def run_alone(index, library, setup):
+    """Start a fresh process for ``measure_alone`` under the environment as given; its JSON."""
+    command = [sys.executable, __file__, "--row", str(index), "--library", library, "--device", setup.torch_device]
+    if setup.threads:
+        command += ["--threads", str(setup.threads)]
+    done = subprocess.run(command, capture_output=True, text=True, env=GIVEN_ENV)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n"
+                           f"{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def spread_ms(samples):
+    return f"{min(samples) * 1e3:.1f}-{max(samples) * 1e3:.1f} ms"
+
+
+def measure_in_processes(row, setup, repeat):
+    """Each timing in a fresh process, needle and reference alternately, ``repeat`` pairs."""
+    index = ROWS.index(row)
+    libraries = ["needle", "reference"] if row.has_reference() else ["needle"]
+    samples = {library: [] for library in libraries}
+    for _ in range(row.timings(repeat)):
+        for library in libraries:
+            result = run_alone(index, library, setup)
+            if "skipped" in result:
+                raise Skip(result["skipped"])
+            samples[library].append(result["seconds"])
+    measured = Measured(row, result["name"], samples["needle"], samples.get("reference"))
+    line = f"  {measured.name}: {median_ms(measured.needle):.1f} ms ({spread_ms(measured.needle)})"
+    if measured.reference:
+        line += f" against {median_ms(measured.reference):.1f} ms ({spread_ms(measured.reference)})"
+    print(line, flush=True)
+    return measured
+
+
+# ---------------------------------------------------------------- the report
+
+
+def table_line(measured, with_spread):
+    """A row of the closing table (scripts/gpu_check.py reads these), the ranges appended with --separate-processes."""
+    tn = median_ms(measured.needle)
+    if measured.reference is None:
+        line = f"{measured.name:<48} {tn:>12.1f} ms {'-':>18} {'-':>7}"
+    else:
+        tt = median_ms(measured.reference)
+        line = f"{measured.name:<48} {tn:>12.1f} ms {measured.row.reference_library:>8} {tt:>6.1f} ms {tn / tt:>6.2f}x"
+    if with_spread:
+        line += f"  {spread_ms(measured.needle):>18} {spread_ms(measured.reference) if measured.reference else '-':>18}"
+    return line
+
+
+def memory_line(measured):
+    mem = measured.needle[0]
+    line = (f"{measured.name:<48} allocator peak {mem['allocator_peak_bytes'] / 1e6:.1f}, "
+            f"RSS growth {mem['rss_growth_bytes'] / 1e6:.1f}")
+    if measured.reference is not None:
+        tmem = measured.reference[0]
+        ratio = mem["allocator_peak_bytes"] / max(tmem["rss_growth_bytes"], 1)
+        line += f"; torch RSS growth {tmem['rss_growth_bytes'] / 1e6:.1f}; allocator peak / torch {ratio:.2f}x"
+    return line
+
+
+def report(measured, with_spread):
+    header = f"\n{'benchmark':<48} {'needle_kernels':>15} {'reference':>18} {'ratio':>7}"
+    if with_spread:
+        header += f"  {'needle min-max':>18} {'reference min-max':>18}"
+    print(header)
+    for m in measured:
+        if m.row.unit == "ms":
+            print(table_line(m, with_spread))
+    for m in measured:
+        if m.row.unit == "MB":
+            print(memory_line(m))
+
+
+# ---------------------------------------------------------------- main
+
+
+def rows_help():
+    lines = ["rows (--only), each with its unit and what its ratio is:"]
+    for row in ROWS:
+        lines.append(f"  {row.key:<12} {row.title} [{row.unit}; {row.ratio}]")
+    return "\n".join(lines)
+
+
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=rows_help(),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for both libraries (default: needle_kernels' default for both; with "
+                         "--separate-processes, each library's own)")
+    ap.add_argument("--repeat", type=int, default=5, help="timed calls (processes, with --separate-processes) "
+                    "per library and row; the MLPResNet and PTB rows at most 3 (default 5)")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--only", nargs="+", choices=ROW_KEYS, default=ROW_KEYS, help="rows to run (default: all)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the resnet9 and mlp rows run (cuda: against PyTorch CUDA, the other rows skipped)")
+    ap.add_argument("--separate-processes", action="store_true",
+                    help="time each library in a fresh process of its own with its own defaults, alternately; "
+                         "print each library's median and min-max")
+    ap.add_argument("--memory-probe", choices=["ndl", "torch"], help=argparse.SUPPRESS)
+    # one process of --separate-processes: ROWS[--row] in --library alone
+    ap.add_argument("--row", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--library", choices=["needle", "reference"], help=argparse.SUPPRESS)
+    return ap
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=None, help="threads for both libraries (default: current)")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--only", nargs="+", choices=ROWS, default=ROWS, help="rows to run (default: all)")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                    help="where the resnet9 and mlp rows run (cuda: against PyTorch CUDA, the other rows skipped)")
-    ap.add_argument("--memory-probe", choices=["ndl", "torch"], help=argparse.SUPPRESS)
+    ap = parser()
     args = ap.parse_args(argv)
-    threads = args.threads or get_threads()
+    if (args.row is None) != (args.library is None):
+        ap.error("--row and --library go together (one process of --separate-processes)")
+    if args.separate_processes and args.profile:
+        ap.error("--profile times needle_kernels in this process: leave out --separate-processes")
     if args.memory_probe:
-        memory_probe(args.memory_probe, threads)
+        memory_probe(args.memory_probe, args.threads or get_threads())
         return 0
-    set_threads(threads)
     global torch
     device, torch_device = None, "cpu"
     if args.device == "cuda":
@@ -641,92 +949,47 @@ def main(argv=None):
         if torch is not None and not torch.cuda.is_available():
             print("PyTorch sees no CUDA device: the reference columns are skipped")
             torch = None
-        skipped = [r for r in args.only if r not in ("resnet9", "mlp")]
+    if args.library:
+        if args.threads:
+            set_threads(args.threads)
+        measure_alone(args.row, args.library, Setup(device, torch_device, args.threads))
+        return 0
+    if args.device == "cuda":
+        skipped = [key for key in args.only if not any(row.on_cuda for row in ROWS if row.key == key)]
         if skipped:
             print(f"--device cuda: rows {' '.join(skipped)} run on the CPU only; skipped")
-            args.only = [r for r in args.only if r in ("resnet9", "mlp")]
-    print(f"device {device or ndl.default_device()}, threads {threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
-          f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}, "
-          f"torch {torch.__version__ if torch else 'not installed'}")
-    rows = []
-
-    def row(name, ndl_fn, torch_fn, reference="torch", repeat=args.repeat, warm=True):
-        for _ in range(WARMUP if warm else 0):
-            ndl_fn()
-            if torch_fn is not None:
-                torch_fn()
-        tn, tt = median_alternating(ndl_fn, torch_fn, repeat)
-        rows.append((name, tn, tt, reference))
-        print(f"  {name}: {tn * 1e3:.1f} ms" + (f" against {tt * 1e3:.1f} ms" if tt else ""), flush=True)
-        if args.profile:
-            print(f"\nprofile: {name}")
-            profile(ndl_fn)
-
-    if "resnet9" in args.only:
-        x, y = cifar_batch()
-        row("ResNet9 fwd+bwd, batch 128", ResNet9Step(x, y, False, device),
-            TorchResNet9Step(x, y, False, torch_device) if torch else None)
-        row("ResNet9 training step (Adam), batch 128", ResNet9Step(x, y, True, device),
-            TorchResNet9Step(x, y, True, torch_device) if torch else None)
-
-    if "mlp" in args.only:
-        X, y, _, _ = ndl.data.load_mnist_split(8000, 2000, root=data_root())
-        ndl_mlp_epoch(X[:1000], y[:1000], device=device)  # warm-up
-        if torch is not None:
-            torch_mlp_epoch(X[:1000], y[:1000], device=torch_device)
-        row("MLPResNet epoch, 8000 MNIST, batch 100", lambda: ndl_mlp_epoch(X, y, device=device)[0],
-            (lambda: torch_mlp_epoch(X, y, device=torch_device)[0]) if torch else None,
-            repeat=min(args.repeat, 3), warm=False)
-
-    if "lstm" in args.only:
-        x, y = token_batch(BPTT, BATCH)
-        row("LSTM LM training step, bptt 40 x batch 16", NdlLMStep(ndl_lstm_lm(), x, y),
-            TorchLMStep(torch_lstm_lm(), x, y) if torch else None)
-
-    if "ptb" in args.only:
-        batches = ptb_valid_batches()
-        if batches is None:
-            print("  LSTM LM pass over PTB valid: skipped, no ptb/valid.txt in the data directory")
-        else:
-            nm, tm = ndl_lstm_lm(), (torch_lstm_lm() if torch else None)
-            row(f"LSTM LM eval pass, PTB valid ({batches.size} tokens)", lambda: ndl_lm_pass(nm, batches),
-                (lambda: torch_lm_pass(tm, batches)) if torch else None, repeat=min(args.repeat, 3), warm=False)
-
-    if "transformer" in args.only:
-        x, y = token_batch(32, BATCH)
-        row("Transformer LM training step, seq 32 x batch 16", NdlLMStep(NdlTransformerLM(), x, y),
-            TorchLMStep(torch_transformer_lm(), x, y) if torch else None)
-
-    if "conv" in args.only:
-        x = np.random.default_rng(0).standard_normal((64, 64, 16, 16)).astype(np.float32)
-        row("conv 3x3 64->64, 16x16, batch 64, fwd+bwd", NdlConvStep(x), TorchConvStep(x) if torch else None)
-
-    if "matmul" in args.only:
-        rng = np.random.default_rng(0)
-        a, b = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
-        A, B = ndl.backend_ndarray.array(a), ndl.backend_ndarray.array(b)
-        row("matmul 256x256 (NDArray vs numpy)", lambda: timed_min_batch(lambda: A @ B, 50, settle_s=0.25),
-            lambda: timed_min_batch(lambda: a @ b, 50, settle_s=0.25), reference="numpy")
-
-    if "overhead" in args.only:
-        row("chain of 1000 ops on (4,4), fwd+bwd", NdlChain(), TorchChain() if torch else None)
-
-    print(f"\n{'benchmark':<48} {'needle_kernels':>15} {'reference':>18} {'ratio':>7}")
-    for name, tn, tt, ref in rows:
-        if tt is None:
-            print(f"{name:<48} {tn * 1e3:>12.1f} ms {'-':>18} {'-':>7}")
-        else:
-            print(f"{name:<48} {tn * 1e3:>12.1f} ms {ref:>8} {tt * 1e3:>6.1f} ms {tn / tt:>6.2f}x")
-
-    if "memory" in args.only:
-        mem = measure_memory("ndl", threads)
-        line = (f"{'ResNet9 step memory (MB)':<48} allocator peak {mem['allocator_peak_bytes'] / 1e6:.1f}, "
-                f"RSS growth {mem['rss_growth_bytes'] / 1e6:.1f}")
-        if torch is not None:
-            tmem = measure_memory("torch", threads)
-            ratio = mem["allocator_peak_bytes"] / max(tmem["rss_growth_bytes"], 1)
-            line += f"; torch RSS growth {tmem['rss_growth_bytes'] / 1e6:.1f}; allocator peak / torch {ratio:.2f}x"
+            args.only = [key for key in args.only if key not in skipped]
+    if args.separate_processes:
+        threads = args.threads
+        if threads:
+            set_threads(threads)  # so that the machine lines show what the processes will use
+    else:
+        threads = args.threads or get_threads()
+        set_threads(threads)
+    for line in describe(torch):
         print(line)
+    torch_version = torch.__version__ if torch else "not installed"
+    if args.separate_processes:
+        print(f"device {device or ndl.default_device()}, each library in a process of its own, threads "
+              f"{threads or 'each its default'}, OMP_WAIT_POLICY={GIVEN_ENV.get('OMP_WAIT_POLICY')}, "
+              f"GOMP_SPINCOUNT={GIVEN_ENV.get('GOMP_SPINCOUNT')} (as given), torch {torch_version}")
+    else:
+        print(f"device {device or ndl.default_device()}, threads {threads}, "
+              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}, "
+              f"torch {torch_version}")
+    setup = Setup(device, torch_device, threads)
+    measured = []
+    for row in ROWS:
+        if row.key not in args.only:
+            continue
+        try:
+            if args.separate_processes and not row.in_own_processes:
+                measured.append(measure_in_processes(row, setup, args.repeat))
+            else:
+                measured.append(measure_here(row, setup, args.repeat, args.profile))
+        except Skip as why:
+            print(f"  {why}")
+    report(measured, args.separate_processes)
     return 0
 
 

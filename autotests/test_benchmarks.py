@@ -1,0 +1,63 @@
+"""benchmarks/bench_models.py runs: its table of rows, and --separate-processes end to end.
+
+Nothing here is timed; the runs are the cheapest rows with one timing each. The script runs in
+a process of its own, as it is run by hand: it chooses OpenMP settings and the order in which
+torch and needle_kernels load before importing them, which a test process has already done.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "bench_models.py"
+sys.path.insert(0, str(REPO))
+
+from benchmarks.machine import cpu_model  # noqa: E402
+
+# the --only names that scripts/gpu_check.sh, the READMEs and people's habits use
+ROW_KEYS = ["resnet9", "mlp", "lstm", "ptb", "transformer", "conv", "matmul", "overhead", "memory"]
+RATIO = re.compile(r"\s\d+\.\d\dx(\s|$)")
+
+
+def run(args, env=None, timeout=120):
+    done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def table_line(out, title):
+    return next(line for line in out.splitlines() if line.startswith(title))
+
+
+def test_the_table_rows_are_the_only_choices():
+    # argparse keeps an option's choices only on its action
+    listing = run(["-c", "import json, sys; sys.path.insert(0, 'benchmarks'); import bench_models as b; "
+                         "only = b.parser()._option_string_actions['--only']; "
+                         "print(json.dumps([[r.key for r in b.ROWS], only.choices]))"])
+    keys, choices = json.loads(listing.strip().splitlines()[-1])
+    assert list(dict.fromkeys(keys)) == ROW_KEYS
+    assert list(choices) == ROW_KEYS
+
+
+def test_separate_processes_prints_the_machine_and_ratios():
+    # numpy is the matmul row's reference, so it has a ratio with or without torch
+    out = run([str(SCRIPT), "--separate-processes", "--only", "matmul", "--repeat", "1"])
+    assert f"cpu: {cpu_model()}, " in out
+    assert "needle_kernels cpu backend: " in out and "numpy " in out
+    assert "min-max" in out
+    assert RATIO.search(table_line(out, "matmul 256x256 (NDArray vs numpy)")), out
+
+
+def test_without_torch_the_needle_column_still_runs(tmp_path):
+    # a torch that fails to import, first on the path of the script and of the processes it starts
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('torch hidden by the test')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    out = run([str(SCRIPT), "--separate-processes", "--only", "overhead", "--repeat", "1"], env=env)
+    assert "torch not installed" in out
+    line = table_line(out, "chain of 1000 ops on (4,4), fwd+bwd")
+    assert re.search(r"\d ms\s+-\s+-\s", line), line
