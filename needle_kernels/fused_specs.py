@@ -256,6 +256,31 @@ def layernorm_backward(xp, x, dy, mean, invstd, weight):
     return dx, xp.sum(G * xhat, 0), xp.sum(G, 0)
 
 
+# ---------------------------------------------------------------- RMS normalization (x: rows, features)
+
+def rmsnorm(xp, x, weight, eps):
+    """``(out, invrms)`` per row: invrms = (mean of x^2 + eps)^-1/2 and out = x * invrms * weight
+    (a layer norm without the centring and the bias, as in LLaMA-style Transformers)."""
+    _, cols = _matrix("rmsnorm", x, "features", weight=weight)
+    X = xp.wide(x)
+    invrms = (xp.sum(X * X, 1) / cols + eps) ** -0.5
+    return X * xp.rows(invrms, X.shape) * xp.columns(xp.wide(weight), X.shape), invrms
+
+
+def rmsnorm_backward(xp, x, dy, invrms, weight):
+    """``(dx, dweight)`` of rmsnorm's out for the adjoint dy, with xhat = x * invrms and
+    gw = dy * weight: dx = invrms * (gw - xhat * mean_c(gw * xhat)) per row, dweight = sum_r dy * xhat."""
+    _, cols = _matrix("rmsnorm_backward", x, "features", weight=weight)
+    _same_shape("rmsnorm_backward", x, dy=dy)
+    _row_vectors("rmsnorm_backward", x, invrms=invrms)
+    G = xp.wide(dy)
+    s = xp.rows(xp.wide(invrms), x.shape)
+    xhat = xp.wide(x) * s
+    gw = G * xp.columns(xp.wide(weight), x.shape)
+    c = xp.sum(gw * xhat, 1) / cols
+    return s * (gw - xhat * xp.rows(c, x.shape)), xp.sum(G * xhat, 0)
+
+
 # ---------------------------------------------------------------- the LSTM cell
 # z (rows, 4 * hidden) holds the gates' pre-activations [i | f | g | o] per row; sigmoid(a) is
 # (tanh(a / 2) + 1) / 2, as ops.sigmoid computes it (it never overflows).
@@ -288,8 +313,8 @@ def lstm_cell_backward(xp, z, c0, dh, dc):
 
 # The fused ops numpy mode runs through these formulas (backend_numpy).
 NUMPY_MODE = (softmax, softmax_backward, softmax_cross_entropy, softmax_cross_entropy_grad, batchnorm_stats,
-              batchnorm_fold, batchnorm_apply, batchnorm_backward, layernorm, layernorm_backward, lstm_cell,
-              lstm_cell_backward)
+              batchnorm_fold, batchnorm_apply, batchnorm_backward, layernorm, layernorm_backward, rmsnorm,
+              rmsnorm_backward, lstm_cell, lstm_cell_backward)
 
 
 def in_numpy(formula):

@@ -28,7 +28,7 @@ TABLE = [
     "adam_update", "adam_update_many", "sgd_update", "col2im", "winograd_input", "winograd_output", "winograd_conv3x3",
     "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent",
     "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm", "layernorm_backward",
-    "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
+    "rmsnorm", "rmsnorm_backward", "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
     "conv_implicit", "conv_implicit_weight_grad",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
@@ -975,6 +975,76 @@ def test_layernorm_large(backend, ref, rows, cols):
     got, want = _ln_both(backend, ref, x, dy, w, b, 1e-5)
     for a, c in zip(got, want):
         close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max())))
+
+
+# ---------------------------------------------------------------- RMS normalization
+
+def _rms_float64(x, dy, w, eps, kept=None):
+    """invrms, out, then dx and dw in float64 (the gradients at the float32 invrms ``kept``)."""
+    X, G = x.astype(np.float64), dy.astype(np.float64)
+    invrms = 1 / np.sqrt((X * X).mean(1) + eps)
+    out = X * invrms[:, None] * w
+    s = invrms if kept is None else np.asarray(kept, np.float64)
+    xhat, gw = X * s[:, None], G * w
+    return invrms, out, s[:, None] * (gw - xhat * (gw * xhat).mean(1, keepdims=True)), (G * xhat).sum(0)
+
+
+def _rms_both(backend, ref, x, dy, w, eps):
+    rows, cols = x.shape
+    results = []
+    for module in (backend, ref):
+        X, G, W = put(module, x.ravel()), put(module, dy.ravel()), put(module, w)
+        out, invrms = module.Array(rows * cols), module.Array(rows)
+        module.rmsnorm(X, W, out, invrms, rows, cols, eps)
+        dx, dw = module.Array(rows * cols), module.Array(cols)
+        module.rmsnorm_backward(X, G, invrms, W, dx, dw, rows, cols)
+        results.append((get(module, invrms), get(module, out).reshape(rows, cols), get(module, dx).reshape(rows, cols),
+                        get(module, dw)))
+    return results
+
+
+@given_settings
+@given(st.integers(0, 40), st.integers(1, 140), st.floats(0.01, 100.0), st.floats(1e-6, 1e-2),
+       st.integers(0, 2**32 - 1))
+def test_rmsnorm(backend, ref, rows, cols, spread, eps, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * spread).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    got, want = _rms_both(backend, ref, x, dy, w, eps)
+    for a, c in zip(got, want):
+        close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
+    for a, c in zip(want, _rms_float64(x, dy, w, eps, kept=want[0])):
+        close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max(initial=0))))
+
+
+@pytest.mark.parametrize("rows, cols", [(512, 64), (3, 4099), (20000, 7)])
+def test_rmsnorm_large(backend, ref, rows, cols):
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, cols)) * 2 + 5).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    got, want = _rms_both(backend, ref, x, dy, w, 1e-5)
+    for a, c in zip(got, want):
+        close(a, c, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(c).max())))
+
+
+def test_rmsnorm_in_place_and_bad_sizes(backend, ref):
+    rows, cols = 6, 33
+    rng = np.random.default_rng(3)
+    x, dy = rng.standard_normal((2, rows, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    (invrms, out, dx, dw), _ = _rms_both(backend, ref, x, dy, w, 1e-5)
+    X, W, S = put(backend, x.ravel()), put(backend, w), backend.Array(rows)
+    backend.rmsnorm(X, W, X, S, rows, cols, 1e-5)  # out is x
+    close(get(backend, X).reshape(rows, cols), out, rtol=1e-6, atol=1e-6)
+    X, G = put(backend, x.ravel()), put(backend, dy.ravel())
+    backend.rmsnorm_backward(X, G, put(backend, invrms), W, G, backend.Array(cols), rows, cols)  # dx is dy
+    close(get(backend, G).reshape(rows, cols), dx, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"rmsnorm: invrms \(rows=6\) has 5 elements"):
+        backend.rmsnorm(X, W, backend.Array(rows * cols), backend.Array(rows - 1), rows, cols, 1e-5)
+    with pytest.raises(ValueError, match=r"rmsnorm_backward: need rows >= 0 and cols >= 1"):
+        backend.rmsnorm_backward(X, G, S, W, G, backend.Array(cols), rows, 0)
 
 
 # ---------------------------------------------------------------- LSTM cell

@@ -524,6 +524,32 @@ def test_layernorm_backward_matches_reference(be, rows, cols):
         np.testing.assert_array_equal(_get(be, dbias), 0.0)
 
 
+@pytest.mark.parametrize("rows,cols", LAYERNORM_SHAPES)
+def test_rmsnorm_matches_reference(be, rows, cols):
+    x, weight, _ = _layernorm_inputs(rows, cols)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    out, invrms = be.Array(rows * cols), be.Array(rows)
+    be.rmsnorm(_put(be, x), _put(be, weight), out, invrms, rows, cols, 1e-5)
+    launch = be.last_launch()
+    rout, rinvrms = ref.Array(rows * cols), ref.Array(rows)
+    ref.rmsnorm(_ref(x), _ref(weight), rout, rinvrms, rows, cols, 1e-5)
+    np.testing.assert_allclose(_get(be, invrms), rinvrms.array, rtol=1e-6, err_msg="invrms")
+    np.testing.assert_allclose(_get(be, out), rout.array, rtol=1e-6, atol=1e-6, err_msg="out")
+    if rows:  # a block per row, as the layer norm's
+        threads = min(cu.THREADS, 32 * -(-cols // 32))
+        assert launch == f"grid=({min(rows, cu.MAX_BLOCKS)},1,1) block=({threads},1,1)"
+    dx, dweight = be.Array(rows * cols), be.Array(cols)
+    be.fill(dweight, np.nan)  # rows == 0 must still write it (zeros)
+    be.rmsnorm_backward(_put(be, x), _put(be, dy), _put(be, rinvrms.array), _put(be, weight), dx, dweight,
+                        rows, cols)
+    rdx, rdweight = ref.Array(rows * cols), ref.Array(cols)
+    ref.rmsnorm_backward(_ref(x), _ref(dy), rinvrms, _ref(weight), rdx, rdweight, rows, cols)
+    np.testing.assert_allclose(_get(be, dweight), rdweight.array, rtol=1e-6, atol=1e-6, err_msg="dweight")
+    np.testing.assert_allclose(_get(be, dx), rdx.array, rtol=1e-6, atol=1e-6, err_msg="dx")
+    if rows == 0:
+        np.testing.assert_array_equal(_get(be, dweight), 0.0)
+
+
 @pytest.mark.parametrize("rows,cols", [(1, 1), (7, 3), (300, 40), (2000, 17)])
 @pytest.mark.parametrize("batch_stats", [True, False])
 @pytest.mark.parametrize("relu", [False, True])

@@ -129,13 +129,14 @@ def _transformer_lm(device):
 
 
 def test_trace_lowers_every_fused_op(device):
-    """The modules run their fused ops (matmul_bias, layer_norm, softmax, conv_nchw, lstm_cell,
-    lstm_layer); the traced graph holds only ops of the table, each fused op lowered through its
-    own decompose, and computes what the module computes."""
+    """The modules run their fused ops (matmul_bias, layer_norm, rms_norm, softmax, conv_nchw,
+    lstm_cell, lstm_layer); the traced graph holds only ops of the table, each fused op lowered
+    through its own decompose, and computes what the module computes."""
     cell = nn.LSTMCell(3, 4, device=device)
     x = ndl.Tensor(np.random.randn(2, 3).astype("float32"), device=device)
+    rms = nn.Sequential(nn.Linear(3, 6, device=device), nn.RMSNorm1d(6, device=device))
     for model, example in [(_transformer_lm(device), _tokens(device, 0)), (_lm(device), _tokens(device, 0)),
-                           (_cnn(device), _image(device)), (cell, x)]:
+                           (_cnn(device), _image(device)), (cell, x), (rms, x)]:
         graph = trace(model, example)
         assert not [n.op for n in graph.op_nodes() if "op" in n.attrs], type(model).__name__
         _close(graph(example), model(example))

@@ -13,7 +13,8 @@ from needle_kernels.backend_ndarray import ndarray_backend_numpy
 FUSED = ("softmax_xent", "softmax_xent_grad", "batchnorm_stats", "batchnorm_apply", "batchnorm_backward",
          "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward",
          "bias_add", "matmul_t", "winograd_input", "winograd_output", "winograd_conv3x3",
-         "winograd_weight_grad", "adam_update_many", "batchnorm_fold", "layernorm", "layernorm_backward", "softmax", "softmax_backward",
+         "winograd_weight_grad", "adam_update_many", "batchnorm_fold", "layernorm", "layernorm_backward", "rmsnorm",
+         "rmsnorm_backward", "softmax", "softmax_backward",
          "conv_implicit", "conv_implicit_weight_grad")
 
 
@@ -231,6 +232,23 @@ def test_layernorm_runs_the_same_without_its_kernels(plain, create_graph):
         return [out.numpy(), x.grad.numpy(), ln.weight.grad.numpy(), ln.bias.grad.numpy()]
 
     assert not hasattr(plain, "layernorm")
+    for got, want in zip(step(plain), step(ndl.cpu_numpy())):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_rmsnorm_runs_the_same_without_its_kernels(plain, create_graph):
+    def step(device):
+        np.random.seed(7)
+        norm = ndl.nn.RMSNorm1d(5, device=device)
+        norm.weight.data = ndl.Tensor(np.random.randn(5).astype(np.float32), device=device)
+        x = ndl.Tensor(np.random.randn(3, 4, 5).astype(np.float32) * 2 + 1, device=device)
+        out = norm(x)
+        (out * ndl.Tensor(np.random.randn(3, 4, 5).astype(np.float32), device=device)).sum().backward(
+            create_graph=create_graph)
+        return [out.numpy(), x.grad.numpy(), norm.weight.grad.numpy()]
+
+    assert not hasattr(plain, "rmsnorm")
     for got, want in zip(step(plain), step(ndl.cpu_numpy())):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 

@@ -130,6 +130,24 @@ def test_layernorm(device):
     close(ours.weight.grad, ref.weight.grad, atol=1e-4)
 
 
+def test_rmsnorm(device):
+    ours = nn.RMSNorm1d(6, eps=1e-5, device=device)
+    ref = torch.nn.RMSNorm(6, eps=1e-5)
+    w = rand(6) + 1
+    ours.weight.data = T(w, device)
+    with torch.no_grad():
+        ref.weight.copy_(torch.tensor(w))
+    x = rand(3, 4, 6) * 3
+    xo, xt = T(x, device), tt(x)
+    out_o, out_t = ours(xo), ref(xt)
+    close(out_o, out_t, atol=1e-4)
+    g = rand(3, 4, 6)
+    out_o.backward(T(g, device))
+    out_t.backward(torch.tensor(g))
+    close(xo.grad, xt.grad, atol=1e-4)
+    close(ours.weight.grad, ref.weight.grad, atol=1e-4)
+
+
 def test_softmax_loss_and_logsumexp(device):
     z, y = rand(6, 5) * 4, np.array([0, 4, 2, 2, 1, 3])
     zo, zt = T(z, device), tt(z)

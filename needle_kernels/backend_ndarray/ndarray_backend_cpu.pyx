@@ -113,6 +113,9 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                    float *mean, float *invstd)
     void nk_ln_grad_row(const float *x, const float *dy, const float *w, float mean, float invstd, float *dx,
                         Py_ssize_t n, double *dw, double *db)
+    void nk_rms_row(const float *x, const float *w, float *out, Py_ssize_t n, double eps, float *invrms)
+    void nk_rms_grad_row(const float *x, const float *dy, const float *w, float invrms, float *dx, Py_ssize_t n,
+                         double *dw)
     void nk_col2im_row(const float *cols, float *out_row, Py_ssize_t b, Py_ssize_t y, Py_ssize_t w, Py_ssize_t c,
                        Py_ssize_t k, Py_ssize_t s, Py_ssize_t ho, Py_ssize_t wo)
     void nk_prefetch(const float *p, Py_ssize_t n)

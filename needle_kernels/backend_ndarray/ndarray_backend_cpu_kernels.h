@@ -278,6 +278,40 @@ NK_CLONES static void nk_ln_grad_row(const float *x, const float *dy, const floa
         dx[i] = invstd * ((dx[i] - am) - (x[i] - mean) * invstd * cm);
 }
 
+/* The RMS norm of one row: invrms = 1 / sqrt(mean(x^2) + eps), the sum in float64, and
+ * out = x * invrms * w. out may be x. */
+NK_CLONES static void nk_rms_row(const float *x, const float *restrict w, float *out, ptrdiff_t n, double eps,
+                                 float *invrms)
+{
+    double q[4] = {0.0, 0.0, 0.0, 0.0};
+    ptrdiff_t i, n4 = n - n % 4;
+    for (i = 0; i < n4; i += 4)
+        for (int j = 0; j < 4; j++) q[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++) q[0] += (double)x[i] * x[i];
+    double s = 1.0 / sqrt((q[0] + q[1] + q[2] + q[3]) / (double)n + eps);
+    *invrms = (float)s;
+    float sf = (float)s;
+    for (i = 0; i < n; i++) out[i] = x[i] * sf * w[i];
+}
+
+/* The RMS norm's gradient for one row: dw[c] += dy * xhat (a float64 column accumulator of this
+ * thread) and dx = invrms * (gw - xhat * mean(gw * xhat)) with xhat = x * invrms, gw = dy * w,
+ * the row mean in float64. dx may be dy (each dy[i] is read before dx[i] is written), not x. */
+NK_CLONES static void nk_rms_grad_row(const float *x, const float *dy, const float *restrict w, float invrms,
+                                      float *dx, ptrdiff_t n, double *restrict dw)
+{
+    double c = 0.0;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float g = dy[i], xh = x[i] * invrms, gw = g * w[i];
+        c += (double)gw * xh;
+        dw[i] += (double)g * xh;
+        dx[i] = gw;
+    }
+    float cm = (float)(c / (double)n);
+    for (ptrdiff_t i = 0; i < n; i++)
+        dx[i] = invrms * (dx[i] - x[i] * invrms * cm);
+}
+
 NK_CLONES static void nk_col2im_row(const float *cols, float *out_row, ptrdiff_t b, ptrdiff_t y, ptrdiff_t w,
                                     ptrdiff_t c, ptrdiff_t k, ptrdiff_t s, ptrdiff_t ho, ptrdiff_t wo)
 {

@@ -228,7 +228,8 @@ _STEPS = {
     "reduce.cu": ("reduce_sum_rows", "reduce_max_rows", "reduce_sum_middle", "reduce_max_middle"),
     "optim.cu": ("sgd_momentum_update",),
     "conv.cu": ("winograd_grad_tiles", "winograd_weight_output", "conv_implicit_weight_sum"),
-    "batchnorm.cu": ("batchnorm_grad_sums", "batchnorm_grad_input", "layernorm_grad_sums", "layernorm_grad_input"),
+    "batchnorm.cu": ("batchnorm_grad_sums", "batchnorm_grad_input", "layernorm_grad_sums", "layernorm_grad_input",
+                     "rmsnorm_grad_sums", "rmsnorm_grad_input"),
 }
 # Every kernel this module launches, by the source file that defines it: the contract's kernels
 # that have a __global__ of their own name (the registry's ``cuda`` field), then the steps.
@@ -931,6 +932,33 @@ def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
             (x.array, dy.array, mean.array, invstd.array, dweight.array, dbias.array, _i64(rows), _i64(cols)))
     _row_blocks_launch("layernorm_grad_input", rows, cols,
                     (x.array, dy.array, mean.array, invstd.array, weight.array, dx.array, _i64(rows), _i64(cols)))
+
+
+def rmsnorm(x, weight, out, invrms, rows, cols, eps):
+    """Row inverse root mean squares and the scaled rows of compact x (rows, cols) (see the
+    reference); a block per row."""
+    _require("rmsnorm")
+    _check_arrays("rmsnorm", x=x, weight=weight, out=out, invrms=invrms)
+    rows, cols = int(rows), int(cols)
+    check_layernorm("rmsnorm", rows, cols, dict(x=x, out=out), dict(invrms=invrms), dict(weight=weight))
+    eps = check_scalar("rmsnorm", eps)
+    _row_blocks_launch("rmsnorm", rows, cols,
+                       (x.array, weight.array, out.array, invrms.array, _i64(rows), _i64(cols), np.float64(eps)))
+
+
+def rmsnorm_backward(x, dy, invrms, weight, dx, dweight, rows, cols):
+    """dweight (column sums, a block per 32 columns; zeros when rows is 0) and dx (a block per row)
+    of the RMS norm (see the reference)."""
+    _require("rmsnorm_backward")
+    _check_arrays("rmsnorm_backward", x=x, dy=dy, invrms=invrms, weight=weight, dx=dx, dweight=dweight)
+    rows, cols = int(rows), int(cols)
+    check_layernorm("rmsnorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx), dict(invrms=invrms),
+                    dict(weight=weight, dweight=dweight))
+    grid = (min(_bn_columns_grid(cols)[0], MAX_BLOCKS), 1, 1)
+    _launch(_kernel("rmsnorm_grad_sums"), grid, _BN_BLOCK,
+            (x.array, dy.array, invrms.array, dweight.array, _i64(rows), _i64(cols)))
+    _row_blocks_launch("rmsnorm_grad_input", rows, cols,
+                       (x.array, dy.array, invrms.array, weight.array, dx.array, _i64(rows), _i64(cols)))
 
 
 # ---------------------------------------------------------------- softmax

@@ -626,6 +626,36 @@ def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
         NUMPY, x.array.reshape(rows, cols), dy.array.reshape(rows, cols), mean.array, invstd.array, weight.array)
 
 
+# ---------------------------------------------------------------- RMS normalization
+# Extensions used by nn.RMSNorm1d: each row of a compact x (rows, cols) scaled by the inverse of its
+# root mean square, as layernorm without the centring and the bias, in float64, rounded once.
+
+def rmsnorm(x, weight, out, invrms, rows, cols, eps):
+    """Per row r:
+
+        invrms[r] = 1 / sqrt(sum_c x[r, c]**2 / cols + eps)
+        out[r, c] = x[r, c] * invrms[r] * weight[c]
+
+    invrms is kept for rmsnorm_backward. out may be x."""
+    check_layernorm("rmsnorm", rows, cols, dict(x=x, out=out), dict(invrms=invrms), dict(weight=weight))
+    eps = check_scalar("rmsnorm", eps)
+    out.array.reshape(rows, cols)[...], invrms.array[:] = fused_specs.rmsnorm(
+        NUMPY, x.array.reshape(rows, cols), weight.array, eps)
+
+
+def rmsnorm_backward(x, dy, invrms, weight, dx, dweight, rows, cols):
+    """Gradients of rmsnorm's out given dy, with xhat = x[r, c] * invrms[r] and gw = dy * weight:
+
+        dweight[c] = sum_r dy[r, c] * xhat[r, c]
+        dx[r, c]   = invrms[r] * (gw[r, c] - xhat[r, c] * sum_c' gw * xhat / cols)
+
+    in float64, rounded once. dx may be dy."""
+    check_layernorm("rmsnorm_backward", rows, cols, dict(x=x, dy=dy, dx=dx), dict(invrms=invrms),
+                    dict(weight=weight, dweight=dweight))
+    dx.array.reshape(rows, cols)[...], dweight.array[:] = fused_specs.rmsnorm_backward(
+        NUMPY, x.array.reshape(rows, cols), dy.array.reshape(rows, cols), invrms.array, weight.array)
+
+
 # ---------------------------------------------------------------- LSTM cell
 # Extensions used by nn.LSTMCell: the element-wise part of one step, from the gate
 # pre-activations z (rows, 4 * hidden), laid out [i | f | g | o] in each row, and the

@@ -443,6 +443,35 @@ def layernorm_backward(x, dy, mean, invstd, weight):
     return dx, dw, db
 
 
+def rmsnorm(x, weight, eps):
+    """``(out, invrms)`` of the RMS norm of each row of x (rows, features): the row's inverse root
+    mean square and out = x * invrms * weight, in one kernel."""
+    x = _layernorm_rows("rmsnorm", x, weight=weight)
+    rows, cols = x.shape
+    dev = x._device
+    if not _has_kernel(dev, "rmsnorm"):
+        return fused_specs.rmsnorm(NDARRAY, x, weight, eps)
+    out, invrms = NDArray._new((rows, cols), dev), NDArray._new((rows,), dev)
+    dev.rmsnorm(x._handle, weight.compact()._handle, out._handle, invrms._handle, rows, cols, eps)
+    return out, invrms
+
+
+def rmsnorm_backward(x, dy, invrms, weight):
+    """``(dx, dweight)`` of rmsnorm's out for the adjoint dy (rows, features), with the invrms
+    (rows,) the forward kept, in one kernel."""
+    x = _layernorm_rows("rmsnorm_backward", x, weight=weight)
+    _same_layout("rmsnorm_backward", x, dy=dy)
+    _same_layout("rmsnorm_backward", NDArray._new((x.shape[0],), x._device), invrms=invrms)
+    rows, cols = x.shape
+    dev = x._device
+    if not _has_kernel(dev, "rmsnorm_backward"):
+        return fused_specs.rmsnorm_backward(NDARRAY, x, dy.compact(), invrms, weight)
+    dx, dw = NDArray._new((rows, cols), dev), NDArray._new((cols,), dev)
+    dev.rmsnorm_backward(x._handle, dy.compact()._handle, invrms.compact()._handle, weight.compact()._handle,
+                         dx._handle, dw._handle, rows, cols)
+    return dx, dw
+
+
 def _lstm_args(name, z, c0, *states):
     if not isinstance(z, NDArray) or z.ndim != 2 or z.shape[1] % 4 or z.shape[1] == 0:
         raise ValueError(f"{name}: gates must be an NDArray (rows, 4 * hidden), got shape {getattr(z, 'shape', None)}")

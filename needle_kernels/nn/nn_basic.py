@@ -294,6 +294,24 @@ class LayerNorm1d(Module):
         return centered * inv_std * w + b
 
 
+class RMSNorm1d(Module):
+    """y = w * x / sqrt(mean(x^2) + eps) over the last axis (dim); any leading axes: a layer
+    norm without the centring and the bias, one op each way (``ops.rms_norm`` on the rows of x)."""
+
+    def __init__(self, dim, eps=1e-5, device=None, dtype="float32"):
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_last_dim(self, x, self.dim)
+        shape = x.shape
+        rows = x if len(shape) == 2 else x.reshape((math.prod(shape[:-1]), self.dim))
+        out = ops.rms_norm(rows, self.weight, self.eps)
+        return out if len(shape) == 2 else out.reshape(shape)
+
+
 class Dropout(Module):
     """Inverted dropout: zero each entry with probability p and scale the rest by 1/(1-p); identity in eval."""
 

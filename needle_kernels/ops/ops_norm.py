@@ -37,13 +37,13 @@ def _check_nchw(x, nchw, name):
 
 
 def _fused_gradients(grad_op, x, weight, out_grad):
-    """(dx, dweight, dbias) by a normalisation's fused gradient op on (x, weight, out_grad): its
+    """(dx, dweight[, dbias]) by a normalisation's fused gradient op on (x, weight, out_grad): its
     arrays as constants when nothing will differentiate them, else its one tuple node."""
     if not autograd.RECORDING:  # the arrays, without tuple nodes
         arrays = grad_op.compute(x.realize_cached_data(), weight.realize_cached_data(), out_grad.realize_cached_data())
         return tuple(Tensor.make_const(a) for a in arrays)
     grads = grad_op(x, weight, out_grad)
-    return grads[0], grads[1], grads[2]
+    return tuple(grads[k] for k in range(len(grads)))
 
 
 def batch_statistics(x, nchw=False):
@@ -178,3 +178,55 @@ class LayerNormRowsGrad(TensorTupleOp):
 def layer_norm(x, weight, bias, eps):
     """Layer norm of each row of the Tensor x (rows, F) with weight and bias (F,): see LayerNormRows."""
     return LayerNormRows(eps)(x, weight, bias)
+
+
+class RMSNormRows(TensorOp):
+    """out = x * invrms * weight for inputs (x (rows, F), weight (F,)), with each row's
+    invrms = (mean_F(x^2) + eps)^-1/2: a layer norm without the centring and the bias (as in
+    LLaMA-style Transformers).
+
+    One kernel each way: the forward keeps invrms, and with xhat = x * invrms and gw = g * weight
+    the backward gives dweight = sum_rows g * xhat and dx = invrms * (gw - xhat * mean_F(gw * xhat)).
+    """
+
+    def __init__(self, eps):
+        self.eps = float(eps)
+
+    def compute(self, x, weight):
+        out, invrms = array_api.rmsnorm(x, weight, self.eps)
+        return SavedForBackward(out, invrms)
+
+    def gradient(self, out_grad, node):
+        x, weight = node.inputs
+        if node.saved is None:  # built around a known output: the statistics again
+            node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
+        return _fused_gradients(RMSNormRowsGrad(node.saved), x, weight, out_grad)
+
+    def decompose(self, x, weight):
+        """The same normalisation in generic ops (what the compiler and the ONNX exporter know)."""
+        from .ops_mathematic import broadcast_to, reshape, summation
+
+        rows, features = x.shape
+        mean_square = reshape(summation(x * x, (1,)) / features, (rows, 1))
+        invrms = broadcast_to((mean_square + self.eps) ** -0.5, x.shape)
+        return x * invrms * broadcast_to(reshape(weight, (1, features)), x.shape)
+
+
+class RMSNormRowsGrad(TensorTupleOp):
+    """(dx, dweight) of RMSNormRows for inputs (x, weight, g), in one fused kernel."""
+
+    def __init__(self, invrms):
+        self.invrms = invrms
+
+    def compute(self, x, weight, out_grad):
+        return tuple(array_api.rmsnorm_backward(x, out_grad, self.invrms, weight))
+
+    def gradient(self, out_grad, node):
+        raise NotImplementedError(
+            "the fused RMS norm is differentiable once; for higher derivatives write the module's "
+            "formula with generic ops (RMSNormRows.decompose)")
+
+
+def rms_norm(x, weight, eps):
+    """RMS norm of each row of the Tensor x (rows, F) with weight (F,): see RMSNormRows."""
+    return RMSNormRows(eps)(x, weight)

@@ -284,3 +284,66 @@ def layernorm_backward(x, dy, mean, invstd, weight, dx, dweight, dbias, rows, co
         for c in range(cc):
             DW.data[c] = <float>sums[c]
             DB.data[c] = <float>sums[cc + c]
+
+
+# ---------------------------------------------------------------- RMS normalization
+# As the layer norm: a row per task forward; backward a block of rows per thread, each with
+# float64 column accumulators of its own for dweight, added up after the parallel loop.
+
+def rmsnorm(x, weight, out, invrms, rows, cols, eps):
+    """Row inverse root mean squares and the scaled rows of compact x (see the reference)."""
+    cdef Array X = _arr("rmsnorm", "x", x)
+    cdef Array W = _arr("rmsnorm", "weight", weight)
+    cdef Array O = _arr("rmsnorm", "out", out)
+    cdef Array S = _arr("rmsnorm", "invrms", invrms)
+    rows, cols = _check_dims("rmsnorm", (("rows", rows), ("cols", cols)))
+    cdef Py_ssize_t cr = rows, cc = cols, r
+    if not (cr >= 0 and cc >= 1 and X.size == cr * cc and O.size == cr * cc and S.size == cr and W.size == cc):
+        check_layernorm("rmsnorm", rows, cols, dict(x=X, out=O), dict(invrms=S), dict(weight=W))
+    cdef double e = <double>eps if type(eps) is float else check_scalar("rmsnorm", eps)
+    cdef int nt = _team(cr * cc * 2)
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for r in range(cr):
+                nk_rms_row(X.data + r * cc, W.data, O.data + r * cc, cc, e, S.data + r)
+        else:
+            for r in prange(cr, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                nk_rms_row(X.data + r * cc, W.data, O.data + r * cc, cc, e, S.data + r)
+
+
+def rmsnorm_backward(x, dy, invrms, weight, dx, dweight, rows, cols):
+    """dx and dweight of the RMS norm in one pass over the rows (see the reference)."""
+    cdef Array X = _arr("rmsnorm_backward", "x", x)
+    cdef Array G = _arr("rmsnorm_backward", "dy", dy)
+    cdef Array S = _arr("rmsnorm_backward", "invrms", invrms)
+    cdef Array W = _arr("rmsnorm_backward", "weight", weight)
+    cdef Array DX = _arr("rmsnorm_backward", "dx", dx)
+    cdef Array DW = _arr("rmsnorm_backward", "dweight", dweight)
+    rows, cols = _check_dims("rmsnorm_backward", (("rows", rows), ("cols", cols)))
+    cdef Py_ssize_t cr = rows, cc = cols, c, r, step, t
+    if not (cr >= 0 and cc >= 1 and X.size == cr * cc and G.size == cr * cc and DX.size == cr * cc
+            and S.size == cr and W.size == cc and DW.size == cc):
+        check_layernorm("rmsnorm_backward", rows, cols, dict(x=X, dy=G, dx=DX), dict(invrms=S),
+                        dict(weight=W, dweight=DW))
+    cdef int nt = _threads_for(cr * cc * 3)
+    if nt > cr:
+        nt = <int>cr if cr > 0 else 1
+    cdef _ColumnScratch sc = _ColumnScratch(nt, cc, 1)
+    step = _chunks(cr, nt, 1)
+    nk_reset_threads()  # not at _threads_for: only once nothing left can raise
+    with nogil:
+        if nt == 1:
+            nk_note_thread(0)
+            for r in range(cr):
+                nk_rms_grad_row(X.data + r * cc, G.data + r * cc, W.data, S.data[r], DX.data + r * cc, cc, sc.acc)
+        else:
+            for t in prange(nt, num_threads=nt, schedule="static"):
+                nk_note_thread(threadid())
+                for r in range(t * step, min((t + 1) * step, cr)):
+                    nk_rms_grad_row(X.data + r * cc, G.data + r * cc, W.data, S.data[r], DX.data + r * cc, cc,
+                                    sc.acc + t * cc)
+        sc.total(sc.vec)
+        for c in range(cc):
+            DW.data[c] = <float>sc.vec[c]

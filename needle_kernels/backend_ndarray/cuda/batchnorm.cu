@@ -211,3 +211,57 @@ layernorm_grad_input(const float* x, const float* dy, const float* mean, const f
         }
     }
 }
+
+// ---------------------------------------------------------------- RMS normalization
+// nn.RMSNorm1d (ndarray_backend_numpy.rmsnorm / rmsnorm_backward): the layer norm's
+// blocks without the mean and the bias. rmsnorm and rmsnorm_grad_input: a block per
+// row, its sums by the row tree in double; rmsnorm_grad_sums: dweight down the
+// columns, 32 neighbouring columns per block as layernorm_grad_sums.
+
+extern "C" __global__ void __launch_bounds__(NK_THREADS)
+rmsnorm(const float* x, const float* weight, float* out, float* invrms, index_t rows, index_t cols, double eps) {
+    __shared__ double shared[2][NK_THREADS];
+    for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + r * cols;
+        double q = 0.0, unused = 0.0;
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) q += (double)xr[c] * xr[c];
+        row_tree(q, unused, shared);
+        const double inv = 1.0 / sqrt(q / cols + eps);
+        if (threadIdx.x == 0) invrms[r] = (float)inv;
+        float* orow = out + r * cols;  // out may be x: each element is read, then written, by one thread
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) orow[c] = (float)(xr[c] * inv * weight[c]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(BN_LANES * BN_ROWS)
+rmsnorm_grad_sums(const float* x, const float* dy, const float* invrms, float* dweight, index_t rows, index_t cols) {
+    __shared__ double shared[BN_ROWS][BN_LANES];
+    const index_t tiles = (cols + BN_LANES - 1) / BN_LANES;
+    for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // the same trips for the whole block
+        const index_t c = tile * BN_LANES + threadIdx.x;
+        double dw = 0.0;
+        if (c < cols)
+            for (index_t r = threadIdx.y; r < rows; r += BN_ROWS)
+                dw += (double)dy[r * cols + c] * ((double)x[r * cols + c] * invrms[r]);
+        dw = column_tree(dw, shared);
+        if (c < cols && threadIdx.y == 0) dweight[c] = (float)dw;  // rows == 0 writes zeros
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NK_THREADS)
+rmsnorm_grad_input(const float* x, const float* dy, const float* invrms, const float* weight, float* dx,
+                   index_t rows, index_t cols) {
+    __shared__ double shared[2][NK_THREADS];
+    for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + r * cols;
+        const float* gr = dy + r * cols;
+        const double s = invrms[r];
+        double sgx = 0.0, unused = 0.0;  // sum of gw * xhat, gw = dy * weight
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x) sgx += (double)gr[c] * weight[c] * (xr[c] * s);
+        row_tree(sgx, unused, shared);
+        const double mgx = sgx / cols;
+        float* dxr = dx + r * cols;  // dx may be dy, as out may be x above
+        for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
+            dxr[c] = (float)(s * ((double)gr[c] * weight[c] - (xr[c] * s) * mgx));
+    }
+}
