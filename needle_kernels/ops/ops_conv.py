@@ -18,11 +18,10 @@ import functools
 
 import numpy
 
-from .. import autograd
 from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api, device_of, element_strides
 from ..shapes import normalize_axes
-from .ops_mathematic import Pad, Reshape, crop, reshape, summation, transpose
+from .ops_mathematic import Transpose, crop, reshape, summation, transpose
 
 
 class Flip(TensorOp):
@@ -236,12 +235,9 @@ class Conv(TensorOp):
     out[n, i, j, o] = sum_{ki, kj, c} A_pad[n, i*s + ki, j*s + kj, c] * B[ki, kj, c, o]
     computed as im2col(A_pad) (N*Ho*Wo, K*K*C_in) @ B (K*K*C_in, C_out).
 
-    With G = g as (N*Ho*Wo, C_out) and X the im2col matrix:
-    dB = X^T @ G,  dA = crop(col2im(G @ B^T)), the transposes of the forward product.
-    Taps that only ever meet padding are left out of X and B (see ``_tap_plan``); their
-    entries of dB are zero. With stride 1 and the whole kernel, dA is itself a convolution:
-    of g, padded by K - 1 - p, with B flipped in space and its channel axes swapped (so a
-    3x3 one runs as Winograd too, and col2im's scatter is not needed).
+    dA = ConvInputGradient(B, g),  dB = ConvWeightGradient(A, g): the transposes of the
+    forward product, each an op of its own (so differentiable again). Taps that only ever
+    meet padding are left out of the product (see ``_tap_plan``).
     """
 
     def __init__(self, stride=1, padding=0):
@@ -282,95 +278,116 @@ class Conv(TensorOp):
 
     def gradient(self, out_grad, node):
         A, B = node.inputs
-        if node.saved is None:  # the node was built around a known output (make_with_data): compute them
-            node.saved = self.compute(A.realize_cached_data(), B.realize_cached_data()).saved
-        return self.gradient_of(A, B, out_grad, node.saved, A.requires_grad, B.requires_grad)
+        return self.gradients(A, B, out_grad, node.saved, A.requires_grad, B.requires_grad)
 
-    def gradient_of(self, A, B, out_grad, saved, need_a, need_b):
-        """(dA, dB) for the NHWC Tensors A, B and the arrays ``saved`` by compute (the input, the
-        padded input and the im2col matrix, the last two None where compute made none); None for
-        a gradient not needed (``need_a``, ``need_b``: A's is the costly half, with col2im)."""
-        if not autograd.RECORDING:
-            # nothing will differentiate them (backward with create_graph=False): the arrays
-            # alone, without the dozen graph nodes per layer that the graph below makes
-            grads = self.gradient_arrays(A.shape, B.realize_cached_data(), out_grad.realize_cached_data(),
-                                         saved, need_a, need_b)
-            return tuple(None if d is None else Tensor.make_const(d) for d in grads)
-        k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
-        n, ho, wo = out_grad.shape[:3]
-        lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, self.stride, self.padding)
-        kl, padded_image = hi - lo + 1, any(any(pw) for pw in pad_width)
-        taps = ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0))
-        image, padded_data, cols_data = saved
-        dA = dB = None
-        if need_b:
-            if padded_data is None:  # an implicit forward padded nothing
-                padded_data = array_api.pad(image, pad_width) if padded_image else image
-            if cols_data is None:  # nor did it, or Winograd, keep an im2col matrix
-                cols_data = _im2col_rows(padded_data, kl, self.stride)
-            # Rebuild the forward's im2col chain as graph nodes around the arrays
-            # already computed, so dB stays differentiable with respect to A.
-            padded = Tensor.make_with_data(Pad(pad_width), [A], padded_data) if padded_image else A
-            windows = Tensor.make_with_data(
-                Im2Col(kl, self.stride), [padded], _window_view(padded_data, kl, self.stride)
-            )
-            cols = Tensor.make_with_data(Reshape(cols_data.shape), [windows], cols_data)
-            # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
-            grad2d = reshape(out_grad, (n * ho * wo, c_out))
-            dB = reshape(transpose(transpose(grad2d) @ cols), (kl, kl, c_in, c_out))
-            dB = Pad(taps)(dB) if kl < k else dB
-        if need_a and self._input_grad_is_conv(k, kl):
-            dA = conv(out_grad, transpose(flip(B, (0, 1)), (0, 1, 3, 2)), 1, k - 1 - self.padding)
-        elif need_a:
-            live = crop(B, taps) if kl < k else B
-            grad2d = reshape(out_grad, (n * ho * wo, c_out))
-            dcols = reshape(grad2d @ transpose(reshape(live, (kl * kl * c_in, c_out))), (n, ho, wo, kl, kl, c_in))
-            dA = col2im(dcols, _padded_shape(A.shape, pad_width), self.stride)
-            dA = crop(dA, pad_width) if padded_image else dA
+    def gradients(self, A, B, out_grad, saved=None, need_a=True, need_b=True):
+        """(dA, dB) of this convolution of the NHWC Tensors A and B for the adjoint ``out_grad`` of
+        its output; ``saved``: the arrays compute saved for A (the image, its padded copy and its
+        im2col matrix, None where it made none; None for a node that kept none); None for a
+        gradient not needed (``need_a``, ``need_b``: A's is the costly half, with col2im)."""
+        input_gradient, weight_gradient = self.gradient_ops(A.shape, B.shape[0], saved)
+        dA = input_gradient(B, out_grad) if need_a else None
+        dB = weight_gradient(A, out_grad) if need_b else None
         return dA, dB
 
-    def _input_grad_is_conv(self, k, kl):
-        # with stride 1 and the whole kernel, dA = conv(g, B flipped, channels swapped, padding K - 1 - p)
-        return self.stride == 1 and kl == k and self.padding <= k - 1
+    def gradient_ops(self, image_shape, kernel_size, saved=None):
+        """(ConvInputGradient, ConvWeightGradient): the ops of this convolution's gradients for an
+        NHWC input of ``image_shape`` and a K x K kernel (``saved``: see ``gradients``)."""
+        return ConvInputGradient(self, image_shape), ConvWeightGradient(self, kernel_size, saved)
 
-    def gradient_arrays(self, image_shape, B, g, saved, need_a, need_b):
-        """``gradient_of``'s (dA, dB) as arrays, for an NHWC input of ``image_shape``, the weight
-        array B and the output's gradient array g: the same products, none of them recorded."""
+
+class ConvInputGradient(TensorOp):
+    """out = dA of ``conv`` (a Conv) for an input of shape ``image_shape``, for inputs (B, g):
+    crop(col2im(G @ B^T)) with G = g as (N*Ho*Wo, C_out), the taps that only meet padding left
+    out. With stride 1 and the whole kernel it is itself a convolution: of g, padded by
+    K - 1 - p, with B flipped in space and its channel axes swapped (so a 3x3 one runs as
+    Winograd too, and col2im's scatter is not needed).
+
+    conv is bilinear, <u, out> = <conv(u, B), g> for an adjoint u of out, so
+    dB = ConvWeightGradient(u, g) and dg = conv(u, B).
+    """
+
+    def __init__(self, conv, image_shape):
+        self.conv = conv
+        self.image_shape = tuple(image_shape)
+
+    def compute(self, B, g):
+        stride, padding = self.conv.stride, self.conv.padding
         k, c_in, c_out = B.shape[0], B.shape[2], B.shape[3]
-        n, ho, wo = g.shape[:3]
-        lo, hi, pad_width = _tap_plan(image_shape[1], image_shape[2], k, self.stride, self.padding)
+        lo, hi, pad_width = _tap_plan(self.image_shape[1], self.image_shape[2], k, stride, padding)
         kl = hi - lo + 1
-        image, padded_data, cols_data = saved
-        dA = dB = None
-        if need_b and padded_data is None:  # an implicit forward: so is its weight gradient
-            dB = array_api.conv_implicit_weight_grad(image, g, kl, self.stride, pad_width[1][0], pad_width[2][0])
-        elif (need_b and cols_data is None and kl == k and ho * wo >= WINOGRAD_DW_MIN_PIXELS
-                and _winograd_fits(padded_data, k, self.stride, c_in, c_out)):
-            # a forward by Winograd kept no im2col matrix, and its weight-gradient kernel makes none
-            dB = array_api.winograd_weight_grad(padded_data, g)
-        elif need_b and cols_data is None and _implicit_pays(g, n * ho * wo, kl * kl * c_in):
-            # a forward by Winograd on a small map: the windows are read from its padded image
-            dB = array_api.conv_implicit_weight_grad(padded_data, g, kl, self.stride, 0, 0)
-        elif need_b:
-            if cols_data is None:
-                cols_data = _im2col_rows(padded_data, kl, self.stride)
-            grad2d = array_api.reshape(g, (n * ho * wo, c_out))
-            dB = array_api.transpose(array_api.transpose(grad2d, (1, 0)) @ cols_data, (1, 0))
-            dB = array_api.reshape(dB, (kl, kl, c_in, c_out))
-        if dB is not None and kl < k:
-            dB = array_api.pad(dB, ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0)))
-        if need_a and self._input_grad_is_conv(k, kl):
+        if stride == 1 and kl == k and padding <= k - 1:
             flipped = array_api.transpose(array_api.flip(B, (0, 1)), (0, 1, 3, 2))
-            dA = Conv(1, k - 1 - self.padding).compute(g, flipped).output
-        elif need_a:
-            live = B[lo:hi + 1, lo:hi + 1] if kl < k else B
+            return Conv(1, k - 1 - padding).compute(g, flipped).output
+        n, ho, wo = g.shape[:3]
+        live = B[lo:hi + 1, lo:hi + 1] if kl < k else B
+        grad2d = array_api.reshape(g, (n * ho * wo, c_out))
+        dcols = grad2d @ array_api.transpose(array_api.reshape(live, (kl * kl * c_in, c_out)), (1, 0))
+        padded_shape = _padded_shape(self.image_shape, pad_width)
+        dA = array_api.col2im(array_api.reshape(dcols, (n, ho, wo, kl, kl, c_in)), padded_shape, stride)
+        if any(any(pw) for pw in pad_width):
+            dA = dA[tuple(slice(lo_, size - hi_) for (lo_, hi_), size in zip(pad_width, dA.shape))]
+        return dA
+
+    def gradient(self, out_grad, node):
+        B, g = node.inputs
+        dB = self.conv.gradients(out_grad, B, g, need_a=False)[1] if B.requires_grad else None
+        dg = self.conv(out_grad, B) if g.requires_grad else None
+        return dB, dg
+
+
+class ConvWeightGradient(TensorOp):
+    """out = dB of ``conv`` (a Conv) with a K x K kernel (``kernel_size``), for inputs (A, g):
+    X^T @ G with X the im2col matrix of A and G = g as (N*Ho*Wo, C_out), zero for the taps that
+    only meet padding. ``saved``: the arrays conv's compute saved for A (see Conv.gradients),
+    used when this op meets that very A; X comes from them, or is never made where the
+    backend reads the windows in place (conv_implicit) or runs Winograd's F(3x3, 2x2).
+
+    conv is bilinear, <v, out> = <conv(A, v), g> for an adjoint v of out, so
+    dA = ConvInputGradient(v, g) and dg = conv(A, v).
+    """
+
+    def __init__(self, conv, kernel_size, saved=None):
+        self.conv = conv
+        self.kernel_size = int(kernel_size)
+        self.saved = saved
+
+    def compute(self, A, g):
+        stride, k = self.conv.stride, self.kernel_size
+        (n, ho, wo, c_out), c_in = g.shape, A.shape[3]
+        lo, hi, pad_width = _tap_plan(A.shape[1], A.shape[2], k, stride, self.conv.padding)
+        kl = hi - lo + 1
+        if self.saved is not None and self.saved[0] is A:
+            image, padded, cols = self.saved
+        else:  # nothing saved for this A: read its windows in place where that pays, else pad it
+            image, padded, cols = A, None, None
+            if not _implicit_pays(g, n * ho * wo, kl * kl * c_in):
+                padded = array_api.pad(A, pad_width) if any(any(pw) for pw in pad_width) else A
+        if padded is None:  # an implicit forward: so is its weight gradient
+            dB = array_api.conv_implicit_weight_grad(image, g, kl, stride, pad_width[1][0], pad_width[2][0])
+        elif (cols is None and kl == k and ho * wo >= WINOGRAD_DW_MIN_PIXELS
+                and _winograd_fits(padded, k, stride, c_in, c_out)):
+            # a forward by Winograd kept no im2col matrix, and its weight-gradient kernel makes none
+            dB = array_api.winograd_weight_grad(padded, g)
+        elif cols is None and _implicit_pays(g, n * ho * wo, kl * kl * c_in):
+            # a forward by Winograd on a small map: the windows are read from its padded image
+            dB = array_api.conv_implicit_weight_grad(padded, g, kl, stride, 0, 0)
+        else:
+            if cols is None:
+                cols = _im2col_rows(padded, kl, stride)
+            # (G^T X)^T rather than X^T G: the transposed copy is of G (C_out wide), not of X (K*K*C_in wide)
             grad2d = array_api.reshape(g, (n * ho * wo, c_out))
-            dcols = grad2d @ array_api.transpose(array_api.reshape(live, (kl * kl * c_in, c_out)), (1, 0))
-            padded_shape = _padded_shape(image_shape, pad_width)
-            dA = array_api.col2im(array_api.reshape(dcols, (n, ho, wo, kl, kl, c_in)), padded_shape, self.stride)
-            if any(any(pw) for pw in pad_width):
-                dA = dA[tuple(slice(lo_, size - hi_) for (lo_, hi_), size in zip(pad_width, dA.shape))]
-        return dA, dB
+            dB = array_api.transpose(array_api.transpose(grad2d, (1, 0)) @ cols, (1, 0))
+            dB = array_api.reshape(dB, (kl, kl, c_in, c_out))
+        if kl < k:
+            dB = array_api.pad(dB, ((lo, k - 1 - hi), (lo, k - 1 - hi), (0, 0), (0, 0)))
+        return dB
+
+    def gradient(self, out_grad, node):
+        A, g = node.inputs
+        dA = self.conv.gradients(A, out_grad, g, need_b=False)[0] if A.requires_grad else None
+        dg = self.conv(A, out_grad) if g.requires_grad else None
+        return dA, dg
 
 
 def _padded_size(size, pad):
@@ -425,27 +442,22 @@ class ConvNCHW(TensorOp):
         return SavedForBackward(array_api.transpose(out, (0, 3, 1, 2)), result.saved)
 
     def gradient(self, out_grad, node):
-        x, weight = node.inputs[0], node.inputs[1]
-        if node.saved is None:  # built around a known output (make_with_data)
-            node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
-        if not autograd.RECORDING:  # nothing will differentiate them: arrays, no graph nodes
-            g = array_api.transpose(out_grad.realize_cached_data(), (0, 2, 3, 1))
-            n, c, h, w = x.shape
-            d_nhwc, dw = self.conv.gradient_arrays((n, h, w, c), weight.realize_cached_data(), g, node.saved,
-                                                   x.requires_grad, weight.requires_grad)
-            grads = (None if d_nhwc is None else array_api.transpose(d_nhwc, (0, 3, 1, 2)), dw)
-            if len(node.inputs) == 3:
-                grads += (array_api.sum(g, axis=(0, 1, 2)),)
-            return tuple(None if d is None else Tensor.make_const(d) for d in grads)
+        return self.gradients(node.inputs, out_grad, node.saved)
+
+    def gradients(self, inputs, out_grad, saved):
+        """(dx, dweight[, dbias]) for the inputs (x, weight[, bias]) and the adjoint ``out_grad`` of
+        the output; ``saved``: the arrays compute saved (None: none)."""
+        x, weight = inputs[0], inputs[1]
         # g as NHWC: the memory layout the next layer's gradient arrives in, so a view, and
-        # dbias sums one block of axes; (the transposed view of x is a graph node only to
-        # keep dweight differentiable in x)
+        # dbias sums one block of axes
         g = transpose(out_grad, (0, 2, 3, 1))
-        d_nhwc, dw = self.conv.gradient_of(transpose(x, (0, 2, 3, 1)), weight, g, node.saved,
-                                           x.requires_grad, weight.requires_grad)
-        grads = (None if d_nhwc is None else transpose(d_nhwc, (0, 3, 1, 2)), dw)
-        if len(node.inputs) == 3:
-            grads += (summation(g, (0, 1, 2)),)
+        # x as the very NHWC view the forward convolved, whose arrays it saved
+        image = transpose(x, (0, 2, 3, 1)) if saved is None else \
+            Tensor.make_with_data(Transpose((0, 2, 3, 1)), [x], saved[0])
+        d_nhwc, dweight = self.conv.gradients(image, weight, g, saved, x.requires_grad, weight.requires_grad)
+        grads = (None if d_nhwc is None else transpose(d_nhwc, (0, 3, 1, 2)), dweight)
+        if len(inputs) == 3:
+            grads += (summation(g, (0, 1, 2)) if inputs[2].requires_grad else None,)
         return grads
 
     def decompose(self, x, weight, bias=None):

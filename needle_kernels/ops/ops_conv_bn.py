@@ -4,8 +4,8 @@
 and ``batch_norm_rows``; as two they cost two graph nodes, and between them the NCHW Tensor
 the convolution hands to the batch norm is taken apart into NHWC rows and put back together
 again, each way. As one op the batch norm runs on the rows the convolution has just written
-(its NHWC output seen as (N*Ho*Wo, C), no view to undo), and the backward is one call: the
-batch norm's kernel, then the convolution's gradient on the result, both on arrays.
+(its NHWC output seen as (N*Ho*Wo, C), no view to undo), and the backward is one op: the batch
+norm's kernel, then the convolution's gradients (its gradient ops' kernels) on the result.
 
 The computation is exactly the two ops': the same kernels in the same order (conv, bias,
 batch statistics, fold, apply; then the batch norm's backward and the convolution's), so the
@@ -13,10 +13,9 @@ block trains the same as its modules one after another. The two-op form stays wh
 model and an evaluation-mode block run, and what the tests compare this op with.
 """
 from .. import autograd
-from ..autograd import SavedForBackward, Tensor, TensorOp
-from ..backend_selection import array_api
-from .ops_conv import Conv, ConvNCHW
-from .ops_norm import BatchNormRows
+from ..autograd import SavedForBackward, Tensor, TensorOp, TensorTupleOp
+from ..backend_selection import array_api, device_of
+from .ops_conv import Conv
 
 
 class ConvBatchNorm(TensorOp):
@@ -56,40 +55,57 @@ class ConvBatchNorm(TensorOp):
     def gradient(self, out_grad, node):
         if node.saved is None:  # built around a known output (make_with_data): compute the arrays
             node.saved = self.compute(*(t.realize_cached_data() for t in node.inputs)).saved
-        if autograd.RECORDING:
-            return self._recorded_gradient(out_grad, node)
-        conv_saved, rows, mean, invstd = node.saved
         x, weight, bn_weight = node.inputs[:3]
-        n, c_in, h, w = x.shape
-        g = array_api.transpose(out_grad.realize_cached_data(), (0, 2, 3, 1))
-        relu_out = None
-        if self.relu:
-            relu_out = array_api.reshape(array_api.transpose(node.realize_cached_data(), (0, 2, 3, 1)), rows.shape)
-        dconv, dbn_weight, dbn_bias = array_api.batchnorm_backward(
-            rows, array_api.reshape(g, rows.shape), mean, invstd, bn_weight.realize_cached_data(), True, relu_out)
-        dconv = array_api.reshape(dconv, g.shape)
-        d_nhwc, dweight = self.conv.gradient_arrays((n, h, w, c_in), weight.realize_cached_data(), dconv,
-                                                    conv_saved, x.requires_grad, weight.requires_grad)
-        grads = (None if d_nhwc is None else array_api.transpose(d_nhwc, (0, 3, 1, 2)), dweight, dbn_weight, dbn_bias)
-        if len(node.inputs) == 5:  # the convolution's bias
-            grads += (array_api.sum(dconv, axis=(0, 1, 2)),)
-        return tuple(None if d is None else Tensor.make_const(d) for d in grads)
+        grad_op = ConvBatchNormGradient(self.conv, node.saved, node.realize_cached_data() if self.relu else None,
+                                        x.requires_grad, len(node.inputs) == 5)
+        inputs = (x, weight, bn_weight, out_grad)
+        if autograd.RECORDING:  # one tuple node, so that differentiating again meets its refusal
+            grads = grad_op(*inputs)
+            grads = [grads[i] for i in range(len(grads))]
+        else:  # nothing will differentiate them: the arrays, without a tuple node and its items
+            grads = [Tensor.make_const(a) for a in grad_op.compute(*(t.realize_cached_data() for t in inputs))]
+        return (grads[0] if x.requires_grad else None, *grads[1:])
 
-    def _recorded_gradient(self, out_grad, node):
-        """The gradients as graph nodes (backward with create_graph=True): the two ops' own
-        gradients, around nodes rebuilt from the arrays this op computed."""
-        conv_saved, rows, mean, invstd = node.saved
-        x, weight, bn_weight, bn_bias = node.inputs[:4]
-        conv_op = ConvNCHW(self.conv.stride, self.conv.padding)
-        n, c, ho, wo = node.realize_cached_data().shape
-        conv_out = array_api.transpose(array_api.reshape(rows, (n, ho, wo, c)), (0, 3, 1, 2))
-        conv_node = Tensor.make_with_data(conv_op, [x, weight] + node.inputs[4:], conv_out)
-        conv_node.saved = conv_saved
-        bn_op = BatchNormRows(mean, invstd, True, nchw=True, relu=self.relu)
-        bn_node = Tensor.make_with_data(bn_op, [conv_node, bn_weight, bn_bias], node.realize_cached_data())
-        dconv, dbn_weight, dbn_bias = bn_op.gradient(out_grad, bn_node)
-        conv_grads = conv_op.gradient(dconv, conv_node)
-        return (conv_grads[0], conv_grads[1], dbn_weight, dbn_bias) + tuple(conv_grads[2:])
+
+class ConvBatchNormGradient(TensorTupleOp):
+    """(dx, dweight, dbn_weight, dbn_bias[, dbias]) of a ConvBatchNorm node for inputs (x, weight,
+    bn_weight, g): the batch norm's fused backward (batchnorm_backward) on the rows its forward
+    kept, giving dbn_weight, dbn_bias and the convolution's output gradient G (dbias = G summed
+    over N, H and W), then the convolution's own gradients of G, ConvInputGradient (dx) and
+    ConvWeightGradient (dweight), on the NHWC views the forward used.
+
+    ``saved``: the node's arrays; ``relu_out``: its output, when it has a ReLU; ``need_x``: False
+    leaves dx zero (a data batch's gradient costs a col2im). Differentiable once, like the fused
+    batch norm.
+    """
+
+    def __init__(self, conv, saved, relu_out, need_x, with_bias):
+        self.conv, self.saved, self.relu_out = conv, saved, relu_out
+        self.need_x, self.with_bias = need_x, with_bias
+
+    def compute(self, x, weight, bn_weight, out_grad):
+        conv_saved, rows, mean, invstd = self.saved
+        g = array_api.transpose(out_grad, (0, 2, 3, 1))
+        relu_rows = None
+        if self.relu_out is not None:
+            relu_rows = array_api.reshape(array_api.transpose(self.relu_out, (0, 2, 3, 1)), rows.shape)
+        dconv, dbn_weight, dbn_bias = array_api.batchnorm_backward(
+            rows, array_api.reshape(g, rows.shape), mean, invstd, bn_weight, True, relu_rows)
+        dconv = array_api.reshape(dconv, g.shape)
+        image = conv_saved[0]  # x as the NHWC view the convolution read
+        input_gradient, weight_gradient = self.conv.gradient_ops(image.shape, weight.shape[0], conv_saved)
+        dweight = weight_gradient.compute(image, dconv)
+        if self.need_x:
+            dx = array_api.transpose(input_gradient.compute(weight, dconv), (0, 3, 1, 2))
+        else:
+            dx = array_api.broadcast_to(array_api.full((1, 1, 1, 1), 0.0, dtype=x.dtype, device=device_of(x)), x.shape)
+        dbias = (array_api.sum(dconv, axis=(0, 1, 2)),) if self.with_bias else ()
+        return (dx, dweight, dbn_weight, dbn_bias) + dbias
+
+    def gradient(self, out_grad, node):
+        raise NotImplementedError(
+            "conv_batch_norm is differentiable once; for higher derivatives use the modules one after "
+            "another with the batch norm's fused=False")
 
 
 def conv_batch_norm(x, weight, bias, bn_weight, bn_bias, stride, padding, eps, momentum, running_mean,

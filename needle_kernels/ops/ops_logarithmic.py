@@ -5,7 +5,6 @@ overflow ``exp``; the gradients are written with ops (differentiable again).
 """
 import numpy
 
-from .. import autograd
 from ..autograd import SavedForBackward, Tensor, TensorOp
 from ..backend_selection import array_api
 from ..labels import one_hot_rows
@@ -44,21 +43,14 @@ def logsoftmax(a, axis=-1):
 class Softmax(TensorOp):
     """out = exp(a - max) / sum(exp(a - max)) over the last axis, one kernel each way.
 
-    da = out * (g - sum_last(g * out)). A backward pass that records nothing runs it as one
-    kernel (softmax_backward); a recorded one writes it with ops, so it is differentiable again.
+    da = out * (g - sum_last(g * out)): SoftmaxBackward(out, g).
     """
 
     def compute(self, a):
         return array_api.softmax(a)
 
     def gradient(self, out_grad, node):
-        if not autograd.RECORDING:
-            return Tensor.make_const(array_api.softmax_backward(node.realize_cached_data(),
-                                                                out_grad.realize_cached_data()))
-        shape = node.shape
-        kept = shape[:-1] + (1,)
-        total = broadcast_to(reshape(summation(out_grad * node, (len(shape) - 1,)), kept), shape)
-        return node * (out_grad - total)
+        return SoftmaxBackward()(node, out_grad)
 
     def decompose(self, a):
         """The same softmax in generic ops (what the compiler and the ONNX exporter know). The
@@ -73,6 +65,29 @@ class Softmax(TensorOp):
 def softmax(a):
     """The softmax of the Tensor a over its last axis: see Softmax."""
     return Softmax()(a)
+
+
+class SoftmaxBackward(TensorOp):
+    """out = y * (g - sum_last(g * y)) for inputs (y, g), y a softmax over the last axis and g
+    its adjoint: the softmax's gradient, one kernel (softmax_backward).
+
+    With u the adjoint of out and s = sum_last(g * y), t = sum_last(u * y) (kept as columns):
+    dy = u * (g - s) - g * t,  dg = y * (u - t) = SoftmaxBackward(y, u).
+    """
+
+    def compute(self, y, g):
+        return array_api.softmax_backward(y, g)
+
+    def gradient(self, out_grad, node):
+        y, g = node.inputs
+        dy = out_grad * (g - _sum_last(g * y)) - g * _sum_last(out_grad * y)
+        return dy, self(y, out_grad)
+
+
+def _sum_last(a):
+    """The sums of the Tensor a over its last axis, broadcast back to its shape."""
+    shape = a.shape
+    return broadcast_to(reshape(summation(a, (len(shape) - 1,)), shape[:-1] + (1,)), shape)
 
 
 class LogSumExp(TensorOp):

@@ -10,7 +10,6 @@ import numbers
 
 import numpy
 
-from .. import autograd
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp, zeros_adjoint
 from ..backend_selection import array_api, device_of
 from ..shapes import broadcast_axes, broadcast_shapes, kept_shape, normalize_axes, resolve_shape
@@ -554,7 +553,8 @@ class MatMulBias(TensorOp):
     """out = x @ w + b for x (n, in), w (in, out) and b of out elements (a linear layer), with the
     bias added by one kernel instead of a broadcast copy and an add.
 
-    dx = g @ w^T,  dw = x^T @ g,  db = g summed over the rows (in b's shape).
+    dx = g @ w^T,  dw = x^T @ g,  db = g summed over the rows (in b's shape): each a
+    MatMulBiasGradient of (x, w, g).
     """
 
     def compute(self, x, w, b):
@@ -565,16 +565,10 @@ class MatMulBias(TensorOp):
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs
-        if not autograd.RECORDING:  # nothing will differentiate them: the arrays, no graph nodes
-            g = out_grad.realize_cached_data()
-            grads = (g @ array_api.transpose(w.realize_cached_data(), (1, 0)) if x.requires_grad else None,
-                     array_api.transpose(x.realize_cached_data(), (1, 0)) @ g if w.requires_grad else None,
-                     array_api.reshape(array_api.sum(g, axis=0), b.shape) if b.requires_grad else None)
-            return tuple(None if d is None else Tensor.make_const(d) for d in grads)
-        dx = out_grad @ transpose(w) if x.requires_grad else None
-        dw = transpose(x) @ out_grad if w.requires_grad else None
-        db = reshape(summation(out_grad, (0,)), b.shape) if b.requires_grad else None
-        return dx, dw, db
+        # one op each, and none for an input without a gradient (a data batch's dx costs as
+        # much as the forward product)
+        return tuple(MatMulBiasGradient(i, b.shape)(x, w, out_grad) if t.requires_grad else None
+                     for i, t in enumerate(node.inputs))
 
     def decompose(self, x, w, b):
         """x @ w + b in generic ops (what the compiler and the ONNX exporter know)."""
@@ -585,6 +579,35 @@ class MatMulBias(TensorOp):
 
 def matmul_bias(x, w, b):
     return MatMulBias()(x, w, b)
+
+
+class MatMulBiasGradient(TensorOp):
+    """The gradient of MatMulBias with respect to its input ``index`` (0: x, 1: w, 2: b), for
+    inputs (x, w, g): dx = g @ w^T, dw = x^T @ g, db = g summed over the rows (``bias_shape``).
+
+    Each is linear in g and in the one other input it reads; with u the adjoint of out:
+    of dx, dw = u^T @ g and dg = u @ w; of dw, dx = g @ u^T and dg = x @ u; of db, dg = u
+    broadcast over the rows.
+    """
+
+    def __init__(self, index, bias_shape):
+        self.index = index
+        self.bias_shape = tuple(bias_shape)
+
+    def compute(self, x, w, g):
+        if self.index == 0:
+            return g @ array_api.transpose(w, (1, 0))
+        if self.index == 1:
+            return array_api.transpose(x, (1, 0)) @ g
+        return array_api.reshape(array_api.sum(g, axis=0), self.bias_shape)
+
+    def gradient(self, out_grad, node):
+        x, w, g = node.inputs
+        if self.index == 0:
+            return None, transpose(out_grad) @ g, out_grad @ w
+        if self.index == 1:
+            return g @ transpose(out_grad), None, x @ out_grad
+        return None, None, broadcast_to(reshape(out_grad, (1, g.shape[1])), g.shape)
 
 
 # ---------------------------------------------------------------- stack / split
