@@ -185,20 +185,17 @@ def _tap_plan(h, w, k, stride, padding):
 # benchmarks/bench_backend.py's "conv 3x3 fwd" rows show it ahead of im2col's product at 32
 # channels (ResNet9's residual block) and 64; 16 is the smallest count used, unmeasured below
 WINOGRAD_MIN_CHANNELS = 16
-# Its weight gradient (F(3x3, 2x2)) gains only on larger maps: bench_backend's "conv 3x3 dW" rows
-# put it 2.5x ahead of im2col's product on 16x16 maps and behind on ResNet9's 4x4 ones
+# Its weight gradient (F(3x3, 2x2)) gains only on larger maps: on small ones the transforms of
+# the image and of g cost as much as the product they save (bench_backend's "conv 3x3 dW" rows)
 WINOGRAD_DW_MIN_PIXELS = 64
 # Its forward, too, runs only on maps of this many output pixels or more where the backend can
-# convolve without an im2col matrix: on ResNet9's 4x4 maps bench_backend's "conv 3x3 fwd
-# (128,4,4,32)" rows put the implicit kernel level with it or ahead (189 and 175 GFLOP/s against
-# 193 and 153 in two runs), and the implicit kernel needs no padded copy
+# convolve without an im2col matrix: on small maps the implicit kernel keeps up with it (the
+# "conv 3x3 fwd (128,4,4,32)" rows) and needs no padded copy
 WINOGRAD_MIN_PIXELS = 64
-# An im2col matrix this big (1 MB of floats, an L2 here) or bigger is not made where the backend
-# reads the windows where they lie (conv_implicit). bench_backend.py's "implicit" rows: on ResNet9's
-# first layer (an 8192 x 147 matrix) the in-place kernels ran 1.4x (forward) and 1.5x (weight
-# gradient) faster than making the matrix and multiplying; on a layer like its fifth (64 -> 128
-# channels, one output pixel per image: 128 x 576), making it and the packed product ran 1.4x and
-# 1.6x faster
+# An im2col matrix this big (1 MB of floats, a core's L2) or bigger is not made where the backend
+# reads the windows where they lie (conv_implicit): writing and reading back a matrix that falls
+# out of L2 costs more than gathering the windows in place; below it, making the matrix and
+# running the packed product wins (bench_backend.py's "implicit" and "im2col @" rows)
 IMPLICIT_MIN_FLOATS = 1 << 18
 # G (4 x 3) of F(2x2, 3x3); kron(G, G) (16 x 9) maps a flattened 3x3 kernel to its 4x4 transform
 _WINOGRAD_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], numpy.float32)
