@@ -103,15 +103,20 @@ from typing import Callable, NamedTuple  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-# torch before needle_kernels: in a reference process, torch's OpenMP runtime is then the one
-# loaded, under the environment as given (needle_kernels sets GOMP_SPINCOUNT when imported). A
-# needle process never loads torch, whose runtime the backend would otherwise share.
-torch = None
-if ALONE != "needle":
+
+def import_torch():
     try:
         import torch
     except ImportError:  # the torch columns are skipped
-        torch = None
+        return None
+    return torch
+
+
+# A reference process loads torch before needle_kernels, so torch's own OpenMP runtime is the one
+# loaded, under the environment as given (needle_kernels sets GOMP_SPINCOUNT when imported); a
+# needle process never loads torch. In one process needle_kernels comes first, so both libraries
+# share the system's runtime with the short spin set above.
+torch = import_torch() if ALONE == "reference" else None
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
@@ -119,6 +124,9 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 import needle_kernels as ndl  # noqa: E402
 from needle_kernels.apps import mlp_resnet  # noqa: E402
 from needle_kernels.apps.models import LanguageModel, ResNet9  # noqa: E402
+
+if ALONE is None:
+    torch = import_torch()
 
 from benchmarks.machine import describe  # noqa: E402
 
