@@ -180,3 +180,17 @@ def test_no_module_sets_attributes_of_another_at_load_time():
     found = foreign_assignments(_parsed())
     assert not found, "load-time assignments to another module's names:\n" + "\n".join(
         f"    {m}:{line}: {target} = ..." for m, line, target in found)
+
+
+def test_code_signals_prints_the_scan(capsys):
+    """scripts/code_signals.py prints what this file's scan finds, and where an op's name appears."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("code_signals", ROOT.parent / "scripts" / "code_signals.py")
+    signals = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(signals)
+    signals.main(["rmsnorm"])
+    out = capsys.readouterr().out
+    assert "import circles in needle_kernels: 0" in out
+    assert "    needle_kernels/fused_specs.py" in out
+    assert "lines reading TRACING in needle_kernels/nn and apps: 0" in out
