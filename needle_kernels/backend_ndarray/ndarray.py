@@ -39,13 +39,15 @@ _PLAIN_SCALARS = (float, int)
 
 def _as_matmul_operand(x):
     """``(array, transposed)`` for a 2-D matmul operand: x itself when compact; x when it is the
-    transpose of a compact array (its buffer then holds x.T row-major); else a compact copy."""
-    if x.is_compact():
-        return x, False
+    transpose of a compact array (its buffer then holds x.T row-major, as backward passes make
+    x.T); else a compact copy. The strides are compared first: this runs for every product."""
     rows, cols = x._shape
-    if x._offset == 0 and x._strides == (1, rows) and x._handle.size == rows * cols:
-        return x, True
-    return x.compact(), False
+    if x._offset == 0 and x._handle.size == rows * cols:
+        if x._strides == (cols, 1):
+            return x, False
+        if x._strides == (1, rows):
+            return x, True
+    return (x, False) if x.is_compact() else (x.compact(), False)
 
 
 def _kernel_view(shape, strides):
@@ -634,25 +636,9 @@ class NDArray:
     # ------------------------------------------------------------ matmul
     def __matmul__(self, other):
         """numpy matmul semantics: 2-D, 1-D promotion, batched with broadcast leading axes."""
-        if type(other) is NDArray and len(self._shape) == 2 and len(other._shape) == 2:
-            # the usual product, two matrices on one device each compact or the transpose of a
-            # compact one (x.T, as backward passes make), straight to the kernel: the general
-            # path below costs a few microseconds of Python a product
-            (m, n), (n2, p) = self._shape, other._shape
-            dev = self._device
-            if n == n2 and other._device is dev and self._offset == 0 and other._offset == 0 \
-                    and self._handle.size == m * n and other._handle.size == n * p:
-                sa, sb = self._strides, other._strides
-                ta, tb = sa != (n, 1), sb != (p, 1)  # not row-major: transposed, if anything
-                if not (ta or tb):
-                    out = NDArray._new((m, p), dev)
-                    dev.matmul(self._handle, other._handle, out._handle, m, n, p)
-                    return out
-                matmul_t = getattr(dev, "matmul_t", None)
-                if matmul_t is not None and (not ta or sa == (1, m)) and (not tb or sb == (1, n)):
-                    out = NDArray._new((m, p), dev)
-                    matmul_t(self._handle, other._handle, out._handle, m, n, p, ta, tb)
-                    return out
+        if (type(other) is NDArray and len(self._shape) == 2 and len(other._shape) == 2
+                and self._shape[1] == other._shape[0] and other._device is self._device):
+            return self._matmul_2d(other)  # the usual product: no promotion, no batch
         other = self._coerce(other)
         a, b = self, other
         if a.ndim == 0 or b.ndim == 0:
@@ -674,19 +660,28 @@ class NDArray:
             out = out.reshape(out.shape[:-1])
         return out
 
+    def _matmul_2d(self, b):
+        """self (m, n) @ b (n, p) on one device. A transposed view (x.T of a row-major x, as
+        backward passes make) goes to the kernel as it is where the device has ``matmul_t``,
+        instead of a transposed copy first."""
+        (m, n), p = self._shape, b._shape[1]
+        dev = self._device
+        (a2, ta), (b2, tb) = _as_matmul_operand(self), _as_matmul_operand(b)
+        out = NDArray._new((m, p), dev)
+        if not (ta or tb):
+            dev.matmul(a2._handle, b2._handle, out._handle, m, n, p)
+        elif hasattr(dev, "matmul_t"):
+            dev.matmul_t(a2._handle, b2._handle, out._handle, m, n, p, ta, tb)
+        else:
+            a2, b2 = a2.compact() if ta else a2, b2.compact() if tb else b2
+            dev.matmul(a2._handle, b2._handle, out._handle, m, n, p)
+        return out
+
     def _matmul(self, a, b, batch, m, n, p):
         dev = self.device
         nb = prod(batch)
-        if nb == 1 and a.ndim == 2 and b.ndim == 2 and hasattr(dev, "matmul_t"):
-            # a transposed view (x.T of a row-major x, as backward passes make) goes to the
-            # kernel as it is, instead of a transposed copy first
-            (a2, ta), (b2, tb) = _as_matmul_operand(a), _as_matmul_operand(b)
-            out = NDArray._new((m, p), dev)
-            if ta or tb:
-                dev.matmul_t(a2._handle, b2._handle, out._handle, m, n, p, ta, tb)
-            else:
-                dev.matmul(a2._handle, b2._handle, out._handle, m, n, p)
-            return out
+        if nb == 1 and a.ndim == 2 and b.ndim == 2:
+            return a._matmul_2d(b)
         if b.ndim == 2 and a.shape[:-2] == batch:
             # (..., m, n) @ (n, p): fold the batch into the rows, one GEMM.
             a2 = a.compact()
