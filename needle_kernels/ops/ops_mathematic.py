@@ -451,21 +451,13 @@ def broadcast_to(a, shape):
     return BroadcastTo(shape)(a)
 
 
-class _Reduction(TensorOp):
-    """An op over ``axes`` of its input: an int, a sequence of ints, or None for every axis.
-
-    Only the constructor is shared: each reduction's compute and gradient stay in its own
-    class body, where a build that withholds one op's code finds and removes them.
-    """
+class Summation(TensorOp):
+    """out = sum of a over ``axes`` (None: all).  da = g broadcast back along the summed axes."""
 
     def __init__(self, axes=None):
         if isinstance(axes, (int, numpy.integer)):
             axes = (int(axes),)
         self.axes = None if axes is None else tuple(axes)
-
-
-class Summation(_Reduction):
-    """out = sum of a over ``axes`` (None: all).  da = g broadcast back along the summed axes."""
 
     def compute(self, a):
         axes = normalize_axes(self.axes, a.ndim, "summation")
@@ -484,8 +476,13 @@ def summation(a, axes=None):
     return Summation(axes)(a)
 
 
-class Max(_Reduction):
+class Max(TensorOp):
     """out = max of a over ``axes``.  da = g where a equals the max (ties all receive g)."""
+
+    def __init__(self, axes=None):
+        if isinstance(axes, (int, numpy.integer)):
+            axes = (int(axes),)
+        self.axes = None if axes is None else tuple(axes)
 
     def compute(self, a):
         axes = normalize_axes(self.axes, a.ndim, "amax")
