@@ -19,6 +19,7 @@ other's cores.
 import argparse
 import importlib
 import os
+import subprocess
 import sys
 import time
 
@@ -159,6 +160,7 @@ def run_cpu(args):
     del X, XT, aX, aT
 
     ndarray_rows(cpu, b, args, rng)
+    beside_numpy(args)
     speedup(cpu, args, threads, rng)
 
 
@@ -296,6 +298,61 @@ def ndarray_rows(cpu, b, args, rng):
            lambda: nd.adam_update(dP, dG_, dM, dV, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001))
 
 
+def beside_numpy(args):
+    """A notebook's loop: each call right after the other library's, against the same call
+    with nothing before it; in a process with numpy's OpenBLAS on needle_kernels' threads
+    (the default, blas_sharing.py) and in one with OpenBLAS on its own pool
+    (NEEDLE_SHARE_BLAS_THREADS=0), each started for these rows (--beside-rows)."""
+    if args.only and not any(word in "beside numpy" for word in args.only):
+        return
+    print("\nBeside numpy in one process: GFLOP/s of a call alone and right after the other "
+          "library's call; ratio = time after / time alone (1.00: not slowed)")
+    print(f"{'call':<46} {'alone':>9} {'after':>9} {'ratio':>8}")
+    print("-" * 76, flush=True)
+    for share in ("1", "0"):
+        env = dict(os.environ, NEEDLE_SHARE_BLAS_THREADS=share)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--beside-rows"], env=env, check=True)
+
+
+def beside_rows():
+    """The rows of beside_numpy in this process. The slow-down is per call, so each figure is
+    a median of 10 calls; alone and after alternate for 5 rounds and each keeps its best
+    round, since a shared machine's noise only ever slows a round down."""
+    from needle_kernels.backend_ndarray import blas_sharing
+
+    cpu = load("ndarray_backend_cpu")
+    rng = np.random.default_rng(0)
+    pools = "one pool" if any(lib["shares_threads"] for lib in blas_sharing.blas_libraries()) else "two pools"
+
+    def median(fn, before=None):
+        times = []
+        for _ in range(10):
+            if before:
+                before()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    for n in (256, 1024):
+        A = rng.standard_normal((n, n), dtype=np.float32)
+        C = np.empty((n, n), np.float32)
+        a, o = cpu.Array(n * n), cpu.Array(n * n)
+        cpu.from_numpy(A, a)
+        ours = lambda: cpu.matmul(a, a, o, n, n, n)  # noqa: E731
+        theirs = lambda: np.matmul(A, A, out=C)  # noqa: E731
+        for name, fn, other in ((f"needle matmul {n} after numpy's, {pools}", ours, theirs),
+                                (f"numpy matmul {n} after needle's, {pools}", theirs, ours)):
+            fn()
+            alone = after = float("inf")
+            for _ in range(5):
+                time.sleep(0.3)  # longer than OpenBLAS's workers spin after the last "after"
+                alone = min(alone, median(fn))
+                after = min(after, median(fn, before=other))
+            work = 2.0 * n**3 / 1e9
+            print(f"{name:<46} {work / alone:>9.1f} {work / after:>9.1f} {after / alone:>7.2f}x", flush=True)
+
+
 def speedup(cpu, args, threads, rng):
     """The OpenMP speed-up of `threads` threads over one, kernel by kernel."""
     if threads < 2:
@@ -396,7 +453,10 @@ def main(argv=None):
     p.add_argument("--cuda-only", action="store_true", help="only the CUDA rows (matmul sizes: --sizes, plus 4096 "
                    "unless --quick)")
     p.add_argument("--only", nargs="+", help="run only the CPU rows whose name contains one of these words")
+    p.add_argument("--beside-rows", action="store_true", help=argparse.SUPPRESS)  # one process of beside_numpy
     args = p.parse_args(argv)
+    if args.beside_rows:
+        return beside_rows()
     args.sizes = args.sizes or ([256, 512, 1024] if args.quick else [256, 512, 1024, 2048])
     args.repeats = args.repeats or (3 if args.quick else 10)
     args.elements = (1 << 22) if args.quick else (1 << 24)

@@ -132,6 +132,10 @@ cdef extern from "ndarray_backend_cpu_kernels.h" nogil:
                                Py_ssize_t tw, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t c)
     void nk_winograd_weight_output(const float *m, float *dw, Py_ssize_t n)
 
+cdef extern from "ndarray_backend_cpu_blas.h" nogil:
+    size_t nk_blas_threads_address()
+    long nk_blas_threads_calls()
+
 cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
                                  const float *Bp, float *C, Py_ssize_t ldc, int add) noexcept nogil
@@ -231,3 +235,7 @@ include "cpu/optim.pxi"
 include "cpu/conv.pxi"
 include "cpu/norm.pxi"
 include "cpu/lstm.pxi"
+
+# numpy's OpenBLAS on this module's threads, and one thread in a forked child (blas_sharing.py).
+from .blas_sharing import share_on_load as _share_on_load
+_share_on_load()

@@ -12,6 +12,27 @@ def set_num_threads(n):
     _num_threads = n
 
 
+def after_fork_in_child():
+    """Run single-threaded from now on: called in a process forked from one whose kernels
+    already ran. libgomp's thread pool does not survive fork (the child has only the
+    forking thread), and a parallel region there would wait forever for the missing
+    threads; one thread never asks for them. PyTorch does the same in a forked child."""
+    global _num_threads
+    _num_threads = 1
+
+
+def blas_threads_callback():
+    """The address of a C function that runs OpenBLAS's parallel jobs on this extension's
+    OpenMP threads, for openblas_set_threads_callback_function (see
+    ndarray_backend_cpu_blas.h and blas_sharing.py)."""
+    return nk_blas_threads_address()
+
+
+def blas_threads_calls():
+    """How many OpenBLAS calls have run their jobs through blas_threads_callback()."""
+    return nk_blas_threads_calls()
+
+
 def get_num_threads():
     """The most threads a kernel may use (default: OMP_NUM_THREADS or the core count)."""
     return _num_threads
