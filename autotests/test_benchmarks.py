@@ -61,3 +61,21 @@ def test_without_torch_the_needle_column_still_runs(tmp_path):
     assert "torch not installed" in out
     line = table_line(out, "chain of 1000 ops on (4,4), fwd+bwd")
     assert re.search(r"\d ms\s+-\s+-\s", line), line
+
+
+def test_bench_blocking_prints_its_grid_and_restores_the_blocks():
+    out = run([str(REPO / "benchmarks" / "bench_blocking.py"), "--sizes", "96", "--kc", "64,128", "--mc", "48",
+               "--band", "128", "--repeats", "1"])
+    assert "needle_kernels cpu backend: tuned for " in out
+    assert re.search(r"^\s+64\s+48\s+\d+\.\d\s+\d+\.\d$", out, re.MULTILINE), out
+    assert re.search(r"^best: kc (64|128), mc 48 ", out, re.MULTILINE), out
+    assert re.search(r"^band\s+128:\s+\d+\.\d$", out, re.MULTILINE), out
+
+
+def test_beside_numpy_prints_both_modes():
+    out = run([str(REPO / "benchmarks" / "bench_backend.py"), "--no-cuda", "--only", "beside", "--sizes", "64"],
+              timeout=300)
+    for pools in ("one pool", "two pools"):
+        for n in (256, 1024):
+            assert RATIO.search(table_line(out, f"needle matmul {n} after numpy's, {pools}")), out
+            assert RATIO.search(table_line(out, f"numpy matmul {n} after needle's, {pools}")), out

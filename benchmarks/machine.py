@@ -7,7 +7,6 @@ thread count follows the cores it sees. ``describe()`` gives one line each for
 the CPU, the native backend's choices, numpy's BLAS and (when the caller has
 imported it) PyTorch.
 """
-import ctypes
 import os
 import platform
 import re
@@ -42,47 +41,34 @@ def usable_cores():
 
 def native_backend():
     """The Cython backend's instruction set, its matmul micro-kernel's register tile (mr x nr) and
-    cache blocks (kc, mc, nc), and its threads; or why the backend is missing."""
+    cache blocks (kc, mc, band) with the CPU family they were tuned for, and its threads; or why the backend is missing."""
     try:
         from needle_kernels.backend_ndarray import ndarray_backend_cpu as cpu
     except ImportError as exc:
         return f"not built ({exc})"
-    k = cpu.isa()
-    return (f"{k['name']} (this CPU can run {', '.join(cpu.available_isas())}); matmul register tile "
-            f"{k['mr']}x{k['nr']}, cache blocks kc {k['kc']} mc {k['mc']} nc {k['nc']}; "
+    from needle_kernels.backend_ndarray import cpu_tuning
+
+    k, tuned = cpu.isa(), cpu_tuning.applied()
+    return (f"tuned for {tuned.get('family', '?')}: {k['name']} (this CPU can run "
+            f"{', '.join(cpu.available_isas())}); matmul register tile {k['mr']}x{k['nr']}, cache blocks "
+            f"kc {k['kc']} mc {k['mc']} band {k['band']} ({tuned.get('source', '?')}); "
             f"{cpu.get_num_threads()} threads")
 
 
-def _openblas_call(name, restype):
-    """Call OpenBLAS's ``name`` in the copy numpy loaded, or None when numpy's BLAS is not OpenBLAS.
-
-    numpy's wheels rename the symbols of their OpenBLAS (``scipy_`` prefix, ``64_`` suffix for
-    64-bit integers), so each spelling is tried; the library is found among the process's mappings
-    (Linux), as it is a private copy that ctypes cannot find by name.
-    """
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        lib = ctypes.CDLL(path)
-        for symbol in (name, name + "64_", "scipy_" + name, "scipy_" + name + "64_"):
-            if hasattr(lib, symbol):
-                fn = getattr(lib, symbol)
-                fn.restype = restype
-                return fn()
-    return None
-
-
 def numpy_blas():
-    """numpy's version, the BLAS it was built with, and (OpenBLAS) the kernel it chose and its threads."""
+    """numpy's version, the BLAS it was built with, and (threadpoolctl's view) the kernels it chose,
+    its threads and whether they are needle_kernels' (blas_sharing.py)."""
     np.ones((2, 2)) @ np.ones((2, 2))  # numpy loads its BLAS on the first product
     blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     line = f"numpy {np.__version__}: BLAS {blas.get('name', '?')} {blas.get('version', '')}".rstrip()
-    core = _openblas_call("openblas_get_corename", ctypes.c_char_p)
-    if core is not None:
-        line += f", kernels for {core.decode()}, {_openblas_call('openblas_get_num_threads', ctypes.c_int)} threads"
+    try:
+        from needle_kernels.backend_ndarray import blas_sharing, ndarray_backend_cpu  # noqa: F401
+    except ImportError:
+        return line
+    for lib in blas_sharing.blas_libraries():
+        pool = "needle_kernels' OpenMP threads" if lib["shares_threads"] else "its own thread pool"
+        line += (f"; {lib['internal_api']} kernels for {lib.get('architecture', '?')}, "
+                 f"{lib['num_threads']} threads, on {pool}")
     return line
 
 

@@ -149,7 +149,7 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
                                  Py_ssize_t nr) noexcept nogil
     ctypedef struct nk_gemm_kernel:
         const char *name
-        int mr, nr, kc, mc, nc
+        int mr, nr
         nk_macro_fn macro
         int dmr, dnr
         nk_direct_fn direct
@@ -217,6 +217,10 @@ cdef enum:
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
 cdef Py_ssize_t _direct_b = GEMM_DIRECT_B
 cdef int _gemm_index = nk_gemm_best()
+# The packed matmul's cache blocks (set_gemm_blocking; cpu_tuning.py picks them per CPU): KC, the
+# depth of a packed slice; MC, the most rows of A packed at once; the width of a column band of
+# a product with at most MC rows.
+cdef Py_ssize_t _kc = 256, _mc = 192, _band = 512
 
 # One file per family of kernels, as textual includes: they share this module's
 # declarations, its state and each other's cdef functions.
@@ -236,6 +240,9 @@ include "cpu/conv.pxi"
 include "cpu/norm.pxi"
 include "cpu/lstm.pxi"
 
-# numpy's OpenBLAS on this module's threads, and one thread in a forked child (blas_sharing.py).
+# The kernel and cache blocks for this CPU (cpu_tuning.py); numpy's OpenBLAS on this module's
+# threads, and one thread in a forked child (blas_sharing.py).
+from .cpu_tuning import tune_on_load as _tune_on_load
 from .blas_sharing import share_on_load as _share_on_load
+_tune_on_load()
 _share_on_load()

@@ -13,9 +13,10 @@
  * AVX-512) and nk_gemm_select() picks one at run time, so a portable build
  * still runs the wide kernel where the CPU has it.
  *
- * Cache blocking (chosen in the .pyx driver): KC so that one kc x NR panel of
- * B stays in L1 while the MR panels of A stream past it, MC so the packed A
- * block stays in L2, NC so the packed B block stays in L3.
+ * Cache blocking is not part of a kernel: it depends on the caches of the CPU, not on
+ * its registers, and cpu_tuning.py sets it per CPU family (set_gemm_blocking): KC so
+ * that one kc x NR panel of B stays in L1 while the MR panels of A stream past it, MC
+ * so the packed A block stays in L2.
  */
 #ifndef NK_CPU_GEMM_H
 #define NK_CPU_GEMM_H
@@ -38,7 +39,7 @@ typedef void (*nk_convw_fn)(ptrdiff_t npix, const float *const *rows, ptrdiff_t 
 
 typedef struct {
     const char *name;
-    int mr, nr, kc, mc, nc;
+    int mr, nr;
     nk_macro_fn macro;
     int dmr, dnr;       /* the direct kernel's tile */
     nk_direct_fn direct;
@@ -326,12 +327,12 @@ NK_DEFINE_CONV(avx512, __attribute__((target("avx512f,avx2,fma"))), 16, 8)
 
 static const nk_gemm_kernel nk_gemm_kernels[] = {
 #ifdef NK_GEMM_X86
-    {"avx512", 12, 32, 256, 192, 4096, nk_macro_avx512, 4, 32, nk_direct_avx512, 8, 32, nk_conv_avx5122,
+    {"avx512", 12, 32, nk_macro_avx512, 4, 32, nk_direct_avx512, 8, 32, nk_conv_avx5122,
      nk_conv_avx5121, nk_convw_avx5122, nk_convw_avx5121},
-    {"avx2", 6, 16, 256, 192, 4096, nk_macro_avx2, 4, 16, nk_direct_avx2, 4, 16, nk_conv_avx22, nk_conv_avx21,
+    {"avx2", 6, 16, nk_macro_avx2, 4, 16, nk_direct_avx2, 4, 16, nk_conv_avx22, nk_conv_avx21,
      nk_convw_avx22, nk_convw_avx21},
 #endif
-    {"generic", 6, 8, 256, 192, 4096, nk_macro_generic, 4, 8, nk_direct_generic, 4, 8, nk_conv_generic2,
+    {"generic", 6, 8, nk_macro_generic, 4, 8, nk_direct_generic, 4, 8, nk_conv_generic2,
      nk_conv_generic1, nk_convw_generic2, nk_convw_generic1},
 };
 static const int nk_gemm_nkernels = sizeof(nk_gemm_kernels) / sizeof(nk_gemm_kernels[0]);

@@ -59,10 +59,10 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, con
     wide layer): the threads split the columns of C into bands instead of its few rows, so each
     reads its band of B once; splitting rows would have every thread stream all of B."""
     cdef int MR = kern.mr, NR = kern.nr
-    cdef Py_ssize_t kc = kern.kc if kern.kc < n else n
+    cdef Py_ssize_t kc = _kc if _kc < n else n
     cdef Py_ssize_t npan = (p + NR - 1) // NR, nbands, bandw, jb, per, apsize
-    # bands of at most ~512 columns (a KC x band slice of B stays in L2), at least one per thread
-    nbands = (p + 511) // 512
+    # bands of at most _band columns (a KC x band slice of B stays in L2), at least one per thread
+    nbands = (p + _band - 1) // _band
     if nbands < nt:
         nbands = nt
     bandw = (npan + nbands - 1) // nbands * NR
@@ -219,9 +219,9 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
     cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
     cdef float *Bp
     cdef float *Ap_all
-    if m <= kern.mc:
+    if m <= _mc:
         return _gemm_few_rows(kern, A, at, B, C, m, n, p, nt)
-    kc = kern.kc if kern.kc < n else n
+    kc = _kc if _kc < n else n
     # B is packed a whole column chunk at a time (all of it, unless that
     # would take more than GEMM_PACK_MAX floats), so the threads meet only
     # once per chunk, after packing: a barrier per KC slice would cost a
@@ -232,9 +232,9 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
         if nc < NR:
             nc = NR
     nslices = (n + kc - 1) // kc
-    # Row blocks: at most kern.mc rows each, and a multiple of nt of them so
+    # Row blocks: at most _mc rows each, and a multiple of nt of them so
     # every thread gets the same share.
-    nb = (m + kern.mc - 1) // kern.mc
+    nb = (m + _mc - 1) // _mc
     if nt > 1:
         nb = _round_up(nb, nt)
     mc = ((m + nb - 1) // nb + MR - 1) // MR * MR

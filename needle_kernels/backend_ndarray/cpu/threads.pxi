@@ -92,9 +92,29 @@ def available_isas():
 
 
 def isa():
-    """The instruction set in use, with the matmul micro-kernel's register tile and cache blocks."""
+    """The instruction set in use, with the matmul micro-kernel's register tile (mr x nr) and the
+    cache blocks in use (gemm_blocking())."""
     k = nk_gemm_kernels[_gemm_index]
-    return {"name": k.name.decode(), "mr": k.mr, "nr": k.nr, "kc": k.kc, "mc": k.mc, "nc": k.nc}
+    return {"name": k.name.decode(), "mr": k.mr, "nr": k.nr, **gemm_blocking()}
+
+
+def gemm_blocking():
+    """The packed matmul's cache blocks: kc (depth of a packed slice), mc (most rows of A packed
+    at once) and band (column band of a product with at most mc rows)."""
+    return {"kc": _kc, "mc": _mc, "band": _band}
+
+
+def set_gemm_blocking(kc, mc, band):
+    """Set the packed matmul's cache blocks (see gemm_blocking; cpu_tuning.py picks them for
+    the CPU it runs on). Any values compute the same product; they only move the speed."""
+    global _kc, _mc, _band
+    values = {}
+    for name, value, low, high in (("kc", kc, 16, 4096), ("mc", mc, 16, 8192), ("band", band, 16, 65536)):
+        value = _int("set_gemm_blocking", name, value)
+        if not low <= value <= high:
+            raise ValueError(f"set_gemm_blocking: {name} must be in [{low}, {high}], got {value}")
+        values[name] = value
+    _kc, _mc, _band = values["kc"], values["mc"], values["band"]
 
 
 def set_isa(name=None):

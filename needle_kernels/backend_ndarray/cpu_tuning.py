@@ -1,0 +1,176 @@
+"""The Cython backend's kernels and cache blocks for the CPU it runs on.
+
+The instruction set says which micro-kernels can run (``available_isas``); the
+microarchitecture says which one to prefer and how to block for its caches. Zen 4
+runs 512-bit FMAs as two 256-bit halves, Intel server cores have two 512-bit FMA
+ports and a larger L1 and L2, the hybrid client cores have no AVX-512 at all. So the
+choice is a table keyed by what the CPU reports (vendor, family, model, from
+``/proc/cpuinfo``), each row naming its family, its preferred kernel and its blocks;
+an unknown CPU gets the portable default, the widest kernel it can run.
+
+Blocks are measured where a row says so (``benchmarks/bench_blocking.py`` prints the
+grid to measure them on a new CPU); elsewhere they follow the caches the CPU reports
+(``/sys/devices/system/cpu/cpu0/cache``) by the rule that gives the measured Zen 4
+blocks from Zen 4's caches (:func:`blocks_for_caches`). ``NEEDLE_CPU_TUNING`` names a
+row's family (or ``portable``) to force it.
+"""
+import dataclasses
+import os
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    family: str
+    isa: str  # the kernel to prefer; a narrower one where this build or CPU lacks it
+    kc: int = 0  # cache blocks; 0: from the caches the CPU reports
+    mc: int = 0
+    band: int = 0
+    source: str = "the caches the CPU reports"
+
+
+# (vendor, family, models or None for every model, tuning); the first match wins.
+TABLE = (
+    ("AuthenticAMD", 0x19, {*range(0x10, 0x20), *range(0x60, 0x80), *range(0xA0, 0xB0)},
+     Tuning("AMD Zen 4", "avx512", kc=256, mc=192, band=512,
+            source="measured on an AMD EPYC (Zen 4) with benchmarks/bench_blocking.py")),
+    ("AuthenticAMD", 0x1A, None, Tuning("AMD Zen 5", "avx512")),
+    ("AuthenticAMD", 0x19, None, Tuning("AMD Zen 3", "avx2")),
+    ("AuthenticAMD", 0x17, None, Tuning("AMD Zen 1/2", "avx2")),
+    ("GenuineIntel", 6, {0x8F, 0xCF, 0xAD, 0xAE}, Tuning("Intel Sapphire/Emerald/Granite Rapids", "avx512")),
+    ("GenuineIntel", 6, {0x6A, 0x6C, 0x7D, 0x7E, 0x8C, 0x8D}, Tuning("Intel Ice Lake/Tiger Lake", "avx512")),
+    ("GenuineIntel", 6, {0x55}, Tuning("Intel Skylake-SP/Cascade Lake", "avx512")),
+    ("GenuineIntel", 6, {0x97, 0x9A, 0xAA, 0xAC, 0xB7, 0xBA, 0xBF, 0xC5, 0xC6},
+     Tuning("Intel Alder/Raptor/Meteor/Arrow Lake", "avx2")),
+)
+
+PORTABLE = Tuning("portable", "widest")
+
+# The micro-kernels the backend is built with, widest first (ndarray_backend_cpu_gemm.h).
+KERNELS = ("avx512", "avx2", "generic")
+
+# What a CPU that reports no caches is blocked for (those of the Zen 4 row).
+DEFAULT_BLOCKS = {"kc": 256, "mc": 192, "band": 512}
+
+
+def read_cpu(cpuinfo="/proc/cpuinfo"):
+    """The first processor's vendor, family, model and model name; empty where unreadable
+    (another OS, an architecture that reports other fields)."""
+    fields = {}
+    try:
+        with open(cpuinfo) as f:
+            text = f.read()
+    except OSError:
+        return fields
+    for line in text.split("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    out = {"vendor": fields.get("vendor_id", ""), "model_name": fields.get("model name", "")}
+    for key, name in (("cpu family", "family"), ("model", "model")):
+        if re.fullmatch(r"\d+", fields.get(key, "")):
+            out[name] = int(fields[key])
+    return out
+
+
+def read_caches(root="/sys/devices/system/cpu/cpu0/cache"):
+    """{"L1d": bytes, "L2": bytes} as the kernel reports them for one core; missing keys where
+    it does not."""
+    sizes = {}
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return sizes
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, entry, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(root, entry, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, entry, "size")) as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        match = re.fullmatch(r"(\d+)([KM]?)", size)
+        if not match:
+            continue
+        nbytes = int(match[1]) * {"": 1, "K": 1 << 10, "M": 1 << 20}[match[2]]
+        if level == "1" and kind == "Data":
+            sizes["L1d"] = nbytes
+        elif level == "2" and kind in ("Unified", "Data"):
+            sizes["L2"] = nbytes
+    return sizes
+
+
+def blocks_for_caches(caches, nr):
+    """Cache blocks from a core's L1d and L2 for a kernel nr floats wide: one kc x nr panel of
+    B fills L1d, an mc x kc block of A about a fifth of L2, a column band of B about half of
+    it (Zen 4's 32 KB and 1 MB give its measured 256, 192 and 512 with nr = 32)."""
+    if "L1d" not in caches or "L2" not in caches:
+        return dict(DEFAULT_BLOCKS)
+    kc = max(64, min(1024, caches["L1d"] // (4 * nr) // 16 * 16))
+    mc = max(48, min(1024, caches["L2"] // 5 // (4 * kc) // 48 * 48))
+    band = max(128, min(4096, caches["L2"] // 2 // (4 * kc) // 64 * 64))
+    return {"kc": kc, "mc": mc, "band": band}
+
+
+def tuning_for(cpu):
+    """The table's row for a CPU as read_cpu describes it, or PORTABLE."""
+    for vendor, family, models, tuning in TABLE:
+        if cpu.get("vendor") == vendor and cpu.get("family") == family and (models is None or cpu.get("model") in models):
+            return tuning
+    return PORTABLE
+
+
+def tuning_named(name):
+    """The row whose family is ``name`` ("portable" for PORTABLE)."""
+    if name == PORTABLE.family:
+        return PORTABLE
+    for *_, tuning in TABLE:
+        if tuning.family == name:
+            return tuning
+    families = [t.family for *_, t in TABLE] + [PORTABLE.family]
+    raise ValueError(f"NEEDLE_CPU_TUNING: unknown CPU family {name!r}, expected one of {families}")
+
+
+def kernel_for(tuning, available):
+    """The kernel a row runs with, of those this build and CPU can run (widest first)."""
+    if tuning.isa in KERNELS:  # it, or the next narrower one this CPU has
+        for name in KERNELS[KERNELS.index(tuning.isa):]:
+            if name in available:
+                return name
+    return available[0]
+
+
+def apply(cpu_module, tuning=None, caches=None):
+    """Set the backend's kernel and cache blocks for ``tuning`` (default: this CPU's row, or the
+    one NEEDLE_CPU_TUNING names); returns what was set."""
+    if tuning is None:
+        forced = os.environ.get("NEEDLE_CPU_TUNING")
+        tuning = tuning_named(forced) if forced else tuning_for(read_cpu())
+    kernel = kernel_for(tuning, cpu_module.available_isas())
+    cpu_module.set_isa(kernel)
+    if tuning.kc:
+        blocks = {"kc": tuning.kc, "mc": tuning.mc, "band": tuning.band}
+    else:
+        blocks = blocks_for_caches(read_caches() if caches is None else caches, cpu_module.isa()["nr"])
+    cpu_module.set_gemm_blocking(**blocks)
+    global _applied
+    _applied = {"family": tuning.family, "kernel": kernel, **blocks, "source": tuning.source}
+    return dict(_applied)
+
+
+_applied = {}
+
+
+def applied():
+    """What apply() last set: the family, kernel, blocks and where the blocks come from."""
+    return dict(_applied)
+
+
+def tune_on_load():
+    """What the Cython backend calls as it loads."""
+    from . import ndarray_backend_cpu
+
+    apply(ndarray_backend_cpu)
