@@ -105,7 +105,8 @@ class NDArray:
         array._strides = compact_strides(shape)
         array._offset = 0
         array._device = device
-        array._handle = device.Array(math.prod(shape))
+        array._csize = size = math.prod(shape)
+        array._handle = device.Array(size)
         return array
 
     @staticmethod
@@ -477,14 +478,21 @@ class NDArray:
         """
         return self._ewise_or_scalar(other, ewise_func, scalar_func)
 
+    # _compact_size's answer, once known: an array's layout never changes after it is made
+    _csize = None
+
     def _compact_size(self):
         """The element count of this array when it is compact with exactly row-major strides (as
         every array an operation makes is), else -1: the test compact() and every element-wise
         operation start with, in one call (is_compact also takes any stride on an axis of 1)."""
-        size = self._handle.size
-        if self._offset == 0 and self._strides == compact_strides(self._shape) and size == math.prod(self._shape):
-            return size
-        return -1
+        size = self._csize
+        if size is None:
+            size = self._handle.size
+            if not (self._offset == 0 and self._strides == compact_strides(self._shape)
+                    and size == math.prod(self._shape)):
+                size = -1
+            self._csize = size
+        return size
 
     def _like_compact(self, size):
         """A new compact array of this array's shape and ``size`` elements (``_new`` with both known)."""
@@ -492,6 +500,7 @@ class NDArray:
         out._shape, out._strides, out._offset = self._shape, self._strides, 0
         out._device = dev = self._device
         out._handle = dev.Array(size)
+        out._csize = size
         return out
 
     def _ewise_or_scalar(self, other, ewise, scalar):
