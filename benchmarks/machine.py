@@ -41,7 +41,8 @@ def usable_cores():
 
 def native_backend():
     """The Cython backend's instruction set, its matmul micro-kernel's register tile (mr x nr) and
-    cache blocks (kc, mc, band) with the CPU family they were tuned for, and its threads; or why the backend is missing."""
+    cache blocks (kc, mc, band) with the CPU family they were tuned for, and its threads; or why the
+    backend is missing."""
     try:
         from needle_kernels.backend_ndarray import ndarray_backend_cpu as cpu
     except ImportError as exc:
