@@ -79,3 +79,11 @@ def test_beside_numpy_prints_both_modes():
         for n in (256, 1024):
             assert RATIO.search(table_line(out, f"needle matmul {n} after numpy's, {pools}")), out
             assert RATIO.search(table_line(out, f"numpy matmul {n} after needle's, {pools}")), out
+
+
+def test_bench_stability_prints_phases_and_both_counts():
+    out = run([str(REPO / "benchmarks" / "bench_stability.py"), "--size", "64", "--processes", "1", "--phases", "2"])
+    assert re.search(r"^phases below 70% of the best \(\d+\.\d\): \d of 2$", out, re.MULTILINE), out
+    if len(os.sched_getaffinity(0)) > 1:
+        assert re.search(r"^phases where both processes ran below 70% of their best, at the same time: \d of 2$",
+                         out, re.MULTILINE), out

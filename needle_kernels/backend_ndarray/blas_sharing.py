@@ -28,7 +28,8 @@ _SETTER_NAMES = (
     "openblas_set_threads_callback_function",
 )
 
-_shared = {}  # filepath -> the library's setter, for each OpenBLAS handed the callback
+_setters = {}  # filepath -> the library's setter, or None where it has none
+_sharing = {}  # filepath -> whether its jobs run on needle_kernels' threads now
 
 
 def _setter(filepath):
@@ -47,7 +48,7 @@ def blas_libraries():
     ``shares_threads``: whether its parallel jobs run on needle_kernels' threads."""
     libs = [lib for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
     for lib in libs:
-        lib["shares_threads"] = lib["filepath"] in _shared
+        lib["shares_threads"] = _sharing.get(lib["filepath"], False)
     return libs
 
 
@@ -60,18 +61,14 @@ def share_blas_threads(enable=True):
     from . import ndarray_backend_cpu as cpu
 
     callback = cpu.blas_threads_callback() if enable else None
-    for lib in threadpoolctl.threadpool_info():
-        if lib["internal_api"] != "openblas" or lib.get("threading_layer") != "pthreads":
-            continue
-        path = lib["filepath"]
-        setter = _shared.get(path) or _setter(path)
-        if setter is None:
-            continue
-        setter(callback)
-        if enable:
-            _shared[path] = setter
-        else:
-            _shared.pop(path, None)
+    paths = [lib["filepath"] for lib in threadpoolctl.threadpool_info()
+             if lib["internal_api"] == "openblas" and lib.get("threading_layer") == "pthreads"]
+    for path in paths:
+        if path not in _setters:
+            _setters[path] = _setter(path)
+        if _setters[path]:
+            _setters[path](callback)
+            _sharing[path] = enable
     return blas_libraries()
 
 
@@ -79,9 +76,10 @@ def _after_fork_in_child():
     from . import ndarray_backend_cpu as cpu
 
     cpu.after_fork_in_child()
-    for setter in _shared.values():
-        setter(None)
-    _shared.clear()
+    for path, setter in _setters.items():
+        if setter:
+            setter(None)
+    _sharing.clear()
 
 
 def share_on_load():

@@ -143,6 +143,9 @@ def kernel_for(tuning, available):
     return available[0]
 
 
+_applied = {}
+
+
 def apply(cpu_module, tuning=None, caches=None):
     """Set the backend's kernel and cache blocks for ``tuning`` (default: this CPU's row, or the
     one NEEDLE_CPU_TUNING names); returns what was set."""
@@ -159,9 +162,6 @@ def apply(cpu_module, tuning=None, caches=None):
     global _applied
     _applied = {"family": tuning.family, "kernel": kernel, **blocks, "source": tuning.source}
     return dict(_applied)
-
-
-_applied = {}
 
 
 def applied():
