@@ -63,6 +63,7 @@ def numpy_blas():
     blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     line = f"numpy {np.__version__}: BLAS {blas.get('name', '?')} {blas.get('version', '')}".rstrip()
     try:
+        # the Cython backend shares numpy's BLAS threads as it loads: load it, as a first op would
         from needle_kernels.backend_ndarray import blas_sharing, ndarray_backend_cpu  # noqa: F401
     except ImportError:
         return line

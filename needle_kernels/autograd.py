@@ -36,8 +36,8 @@ def live_values():
     use it to check that optimizers and training loops do not leak graph nodes.
 
     Counted when read, among the objects the garbage collector tracks, rather than kept by a
-    ``__del__`` on every Value: a Python-level finalizer cost each op about a tenth of its
-    time, and the counter is read a few times per test, not per op."""
+    ``__del__`` on every Value: a Python-level finalizer runs for every node of every graph,
+    while the counter is read a few times per test."""
     return sum(1 for obj in gc.get_objects() if isinstance(obj, Value))
 
 

@@ -76,7 +76,7 @@ def _after_fork_in_child():
     from . import ndarray_backend_cpu as cpu
 
     cpu.after_fork_in_child()
-    for path, setter in _setters.items():
+    for setter in _setters.values():
         if setter:
             setter(None)
     _sharing.clear()

@@ -219,8 +219,8 @@ cdef Py_ssize_t _direct_b = GEMM_DIRECT_B
 cdef int _gemm_index = nk_gemm_best()
 # The packed matmul's cache blocks (set_gemm_blocking; cpu_tuning.py picks them per CPU): KC, the
 # depth of a packed slice; MC, the most rows of A packed at once; the width of a column band of
-# a product with at most MC rows.
-cdef Py_ssize_t _kc = 256, _mc = 192, _band = 512
+# a product with at most MC rows. Set as the module finishes loading (tune_on_load, below).
+cdef Py_ssize_t _kc, _mc, _band
 
 # One file per family of kernels, as textual includes: they share this module's
 # declarations, its state and each other's cdef functions.

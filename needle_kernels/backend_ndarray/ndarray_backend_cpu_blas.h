@@ -46,11 +46,12 @@ static void nk_blas_threads_posix(nk_blas_dojob dojob, int numjobs, size_t elsiz
 {
     nk_blas_job *jobs = (nk_blas_job *)malloc((size_t)numjobs * sizeof(nk_blas_job));
     pthread_t *threads = (pthread_t *)malloc((size_t)numjobs * sizeof(pthread_t));
-    int started = 1;
-    for (int i = 0; i < numjobs; i++) jobs[i] = (nk_blas_job){dojob, i, jobdata + (size_t)i * elsize, data};
-    if (jobs && threads)
-        for (; started < numjobs; started++)
+    int started = 0;
+    if (jobs && threads) {
+        for (int i = 0; i < numjobs; i++) jobs[i] = (nk_blas_job){dojob, i, jobdata + (size_t)i * elsize, data};
+        for (started = 1; started < numjobs; started++)
             if (pthread_create(&threads[started], NULL, nk_blas_run_job, &jobs[started]) != 0) break;
+    }
     if (started < numjobs) { /* a job left unrun would leave the others waiting forever */
         fprintf(stderr, "needle_kernels: could not start %d threads for OpenBLAS's jobs\n", numjobs);
         abort();

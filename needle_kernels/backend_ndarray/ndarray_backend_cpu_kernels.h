@@ -634,6 +634,7 @@ NK_CLONES static void nk_tile_matmul8(const float *a, const float *b, float *out
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define NK_VMATH_X86 1
+#include <immintrin.h>
 #define NK_VSUF avx2
 #define NK_VATTR __attribute__((target("avx2,fma")))
 #define NK_VW 8
