@@ -296,6 +296,31 @@ def ndarray_rows(cpu, b, args, rng):
     dP, dG_, dM, dV = (nd.array(a, device=nd.cpu()) for a in (P, Gr, M, V))
     b.case(f"adam_update {n_p} floats", "GB/s", 28.0 * n_p, np_adam,
            lambda: nd.adam_update(dP, dG_, dM, dV, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001))
+    # a language model's loss on its vocabulary: the Transformer row of bench_models.py
+    # (512 positions, 10,000 words); forward (its row maxima, exps and sums) and gradient
+    rows, words = 512, 10000
+    Z = rng.standard_normal((rows, words), dtype=np.float32) * 3
+    labels = rng.integers(0, words, rows)
+    dZ, dY = nd.array(Z, device=nd.cpu()), nd.array(labels.astype(np.float32), device=nd.cpu())
+    _, d_lse = nd.softmax_cross_entropy(dZ, dY)
+    d_g = nd.array(np.full(rows, 1.0 / rows, np.float32), device=nd.cpu())
+
+    def np_xent():
+        m = Z.max(axis=1, keepdims=True)
+        lse = m[:, 0] + np.log(np.exp(Z - m).sum(axis=1))
+        return lse - Z[np.arange(rows), labels], lse
+
+    lse = np_xent()[1]
+
+    def np_xent_grad():
+        out = np.exp(Z - lse[:, None]) / rows
+        out[np.arange(rows), labels] -= 1.0 / rows
+        return out
+
+    b.case(f"softmax xent {rows}x{words}", "GB/s", 4.0 * rows * words, np_xent,
+           lambda: nd.softmax_cross_entropy(dZ, dY))
+    b.case(f"softmax xent grad {rows}x{words}", "GB/s", 8.0 * rows * words, np_xent_grad,
+           lambda: nd.softmax_cross_entropy_grad(dZ, dY, d_lse, d_g))
 
 
 def beside_numpy(args):

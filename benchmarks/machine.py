@@ -49,10 +49,11 @@ def native_backend():
         return f"not built ({exc})"
     from needle_kernels.backend_ndarray import cpu_tuning
 
-    k, tuned = cpu.isa(), cpu_tuning.applied()
+    k, conv, tuned = cpu.isa(), cpu.conv_blocking(), cpu_tuning.applied()
     return (f"tuned for {tuned.get('family', '?')}: {k['name']} (this CPU can run "
             f"{', '.join(cpu.available_isas())}); matmul register tile {k['mr']}x{k['nr']}, cache blocks "
-            f"kc {k['kc']} mc {k['mc']} band {k['band']} ({tuned.get('source', '?')}); "
+            f"kc {k['kc']} mc {k['mc']} band {k['band']} ({tuned.get('source', '?')}); convolution blocks "
+            f"of {conv['winograd']} floats (Winograd) and {conv['implicit']} (implicit); "
             f"{cpu.get_num_threads()} threads")
 
 

@@ -1,6 +1,7 @@
 """The per-CPU table of cpu_tuning.py: each family gets a kernel the backend has and blocks it
-accepts, an unknown CPU the portable default, and the products are right under every row's
-blocks with every kernel this host can run (each forced in turn)."""
+accepts, an unknown CPU the portable default, the products are right under every row's
+blocks with every kernel this host can run (each forced in turn), and the convolutions under
+every row's convolution blocks."""
 import os
 import subprocess
 import sys
@@ -87,12 +88,26 @@ def test_each_row_runs_a_kernel_this_build_has(cpu, family):
     assert cpu_tuning.kernel_for(tuning, ["generic"]) == "generic"
 
 
-def test_the_cache_rule_gives_the_measured_zen4_blocks():
+def test_the_cache_rule_gives_the_blocks_chosen_on_zen4():
     zen4 = cpu_tuning.tuning_named("AMD Zen 4")
     *_, l1, l2 = SAMPLES["AMD Zen 4"]
-    assert cpu_tuning.blocks_for_caches({"L1d": l1, "L2": l2}, nr=32) == {"kc": zen4.kc, "mc": zen4.mc,
-                                                                         "band": zen4.band}
+    blocks = cpu_tuning.blocks_for_caches({"L1d": l1, "L2": l2}, nr=32)
+    assert blocks == cpu_tuning.DEFAULT_BLOCKS
+    assert (blocks["kc"], blocks["mc"], blocks["band"]) == (zen4.kc, zen4.mc, zen4.band)
     assert cpu_tuning.blocks_for_caches({}, nr=32) == cpu_tuning.DEFAULT_BLOCKS
+
+
+def test_the_convolution_blocks_follow_the_caches():
+    # Sapphire Rapids' 2 MB L2 holds twice Zen 4's block of Winograd tiles, Zen 3's 512 KB half
+    # of it; a 48 KB L1d takes half as many windows again as a 32 KB one
+    def conv(family):
+        *_, l1, l2 = SAMPLES[family]
+        blocks = cpu_tuning.blocks_for_caches({"L1d": l1, "L2": l2}, nr=32)
+        return blocks["winograd"], blocks["implicit"]
+
+    zen4 = conv("AMD Zen 4")
+    assert conv("Intel Sapphire/Emerald/Granite Rapids") == (2 * zen4[0], 3 * zen4[1] // 2)
+    assert conv("AMD Zen 3") == (zen4[0] // 2, zen4[1])
 
 
 def test_caches_read_from_sysfs(tmp_path):
@@ -128,6 +143,50 @@ def test_products_under_each_row_with_every_kernel(cpu, restore, family):
             cpu.matmul(put(cpu, a), put(cpu, b), out, m, n, p)
             np.testing.assert_allclose(get(cpu, out).reshape(m, p), a.astype(np.float64) @ b, rtol=1e-4,
                                        atol=1e-4 * n**0.5, err_msg=f"{family}, {name}, {m}x{n}x{p}")
+
+
+def _conv_windows(img, k):
+    """(N, Ho, Wo, C, K, K) windows of a stride-1 convolution, in float64."""
+    return np.lib.stride_tricks.sliding_window_view(img.astype(np.float64), (k, k), axis=(1, 2))
+
+
+@pytest.mark.parametrize("family", sorted(SAMPLES) + ["portable", "blocks smaller than any row's"])
+def test_convolutions_under_each_row(cpu, restore, family):
+    # each row's convolution blocks as on its CPU, and blocks far smaller than any row's (many
+    # blocks per thread, the last one partial): Winograd's convolution and weight gradient,
+    # and the implicit convolution and its weight gradient, against float64 numpy
+    from needle_kernels import backend_ndarray as nd
+    from needle_kernels.ops import ops_conv
+
+    if family in SAMPLES or family == "portable":
+        *_, l1, l2 = SAMPLES.get(family, (None,) * 4 + (32 << 10, 1 << 20))
+        applied = cpu_tuning.apply(cpu, cpu_tuning.tuning_named(family), caches={"L1d": l1, "L2": l2})
+        assert cpu.conv_blocking() == {k: applied[k] for k in ("winograd", "implicit")}
+    else:
+        cpu.set_conv_blocking(1024, 256)
+    rng = np.random.default_rng(len(family))
+    n, h, c_in, c_out = 6, 18, 20, 24
+    img = rng.standard_normal((n, h, h, c_in), dtype=np.float32)
+    w = rng.standard_normal((3, 3, c_in, c_out), dtype=np.float32)
+    g = rng.standard_normal((n, h - 2, h - 2, c_out), dtype=np.float32)
+    windows = _conv_windows(img, 3)
+    want = np.einsum("nhwcij,ijco->nhwo", windows, w)
+    want_dw = np.einsum("nhwcij,nhwo->ijco", windows, g)
+    d_img, d_w, d_g = (nd.array(x, device=nd.cpu()) for x in (img, w, g))
+    got = {"Winograd": ops_conv._winograd_conv3x3(d_img, d_w),
+           "implicit": nd.conv_implicit(d_img, d_w, 1, 0, 0, (h - 2, h - 2)),
+           "Winograd dW": nd.winograd_weight_grad(d_img, d_g),
+           "implicit dW": nd.conv_implicit_weight_grad(d_img, d_g, 3, 1, 0, 0)}
+    for name, out in got.items():
+        ref, depth = (want_dw, n * (h - 2) ** 2) if name.endswith("dW") else (want, 9 * c_in)
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-3, atol=1e-3 * depth**0.5, err_msg=f"{family}, {name}")
+
+
+def test_bad_conv_blocks(cpu, restore):
+    for bad, match in (((512, 1 << 14), "winograd must be in"), ((1 << 17, 1 << 23), "implicit must be in"),
+                       ((1 << 17, 0.5), "implicit")):
+        with pytest.raises(ValueError, match=match):
+            cpu.set_conv_blocking(*bad)
 
 
 @pytest.mark.parametrize("bad, match", [((8, 192, 512), "kc must be in"), ((256, 0, 512), "mc must be in"),

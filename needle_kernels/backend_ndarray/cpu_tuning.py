@@ -8,11 +8,13 @@ choice is a table keyed by what the CPU reports (vendor, family, model, from
 ``/proc/cpuinfo``), each row naming its family, its preferred kernel and its blocks;
 an unknown CPU gets the portable default, the widest kernel it can run.
 
-Blocks are measured where a row says so (``benchmarks/bench_blocking.py`` prints the
+Matmul blocks are measured where a row says so (``benchmarks/bench_blocking.py`` prints the
 grid to measure them on a new CPU); elsewhere they follow the caches the CPU reports
 (``/sys/devices/system/cpu/cpu0/cache``) by the rule that gives the measured Zen 4
-blocks from Zen 4's caches (:func:`blocks_for_caches`). ``NEEDLE_CPU_TUNING`` names a
-row's family (or ``portable``) to force it.
+blocks from Zen 4's caches (:func:`blocks_for_caches`), as the convolutions' blocks (a
+block of Winograd tiles, of conv_implicit's windows) do on every CPU; the LSTM step and
+the exp/log/tanh it runs on take the row's kernel's vector width. ``NEEDLE_CPU_TUNING``
+names a row's family (or ``portable``) to force it.
 """
 import dataclasses
 import os
@@ -23,7 +25,7 @@ import re
 class Tuning:
     family: str
     isa: str  # the kernel to prefer; a narrower one where this build or CPU lacks it
-    kc: int = 0  # cache blocks; 0: from the caches the CPU reports
+    kc: int = 0  # the matmul's cache blocks; 0: from the caches the CPU reports (as the convolutions' always are)
     mc: int = 0
     band: int = 0
     source: str = "the caches the CPU reports"
@@ -49,8 +51,9 @@ PORTABLE = Tuning("portable", "widest")
 # The micro-kernels the backend is built with, widest first (ndarray_backend_cpu_gemm.h).
 KERNELS = ("avx512", "avx2", "generic")
 
-# What a CPU that reports no caches is blocked for (those of the Zen 4 row).
-DEFAULT_BLOCKS = {"kc": 256, "mc": 192, "band": 512}
+# What a CPU that reports no caches is blocked for (those of the Zen 4 row, and the
+# convolutions' blocks chosen with bench_backend.py's conv rows on that CPU).
+DEFAULT_BLOCKS = {"kc": 256, "mc": 192, "band": 512, "winograd": 1 << 17, "implicit": 1 << 14}
 
 
 def read_cpu(cpuinfo="/proc/cpuinfo"):
@@ -104,15 +107,20 @@ def read_caches(root="/sys/devices/system/cpu/cpu0/cache"):
 
 
 def blocks_for_caches(caches, nr):
-    """Cache blocks from a core's L1d and L2 for a kernel nr floats wide: one kc x nr panel of
-    B fills L1d, an mc x kc block of A about a fifth of L2, a column band of B about half of
-    it (Zen 4's 32 KB and 1 MB give its measured 256, 192 and 512 with nr = 32)."""
+    """Cache blocks from a core's L1d and L2 for a kernel nr floats wide. The matmul's: one
+    kc x nr panel of B fills L1d, an mc x kc block of A about a fifth of L2, a column band of B
+    about half of it. The convolutions': a block of Winograd tiles with their products half of
+    L2, a block of conv_implicit's windows two L1d's worth. Zen 4's 32 KB and 1 MB give the
+    blocks chosen on it (DEFAULT_BLOCKS) with nr = 32."""
     if "L1d" not in caches or "L2" not in caches:
         return dict(DEFAULT_BLOCKS)
-    kc = max(64, min(1024, caches["L1d"] // (4 * nr) // 16 * 16))
-    mc = max(48, min(1024, caches["L2"] // 5 // (4 * kc) // 48 * 48))
-    band = max(128, min(4096, caches["L2"] // 2 // (4 * kc) // 64 * 64))
-    return {"kc": kc, "mc": mc, "band": band}
+    l1, l2 = caches["L1d"], caches["L2"]
+    kc = max(64, min(1024, l1 // (4 * nr) // 16 * 16))
+    mc = max(48, min(1024, l2 // 5 // (4 * kc) // 48 * 48))
+    band = max(128, min(4096, l2 // 2 // (4 * kc) // 64 * 64))
+    winograd = max(1 << 12, min(1 << 22, l2 // 2 // 4))
+    implicit = max(1 << 10, min(1 << 18, 2 * l1 // 4))
+    return {"kc": kc, "mc": mc, "band": band, "winograd": winograd, "implicit": implicit}
 
 
 def tuning_for(cpu):
@@ -148,17 +156,18 @@ _applied = {}
 
 def apply(cpu_module, tuning=None, caches=None):
     """Set the backend's kernel and cache blocks for ``tuning`` (default: this CPU's row, or the
-    one NEEDLE_CPU_TUNING names); returns what was set."""
+    one NEEDLE_CPU_TUNING names): a row's measured matmul blocks where it has them, the rest
+    from the CPU's caches; returns what was set."""
     if tuning is None:
         forced = os.environ.get("NEEDLE_CPU_TUNING")
         tuning = tuning_named(forced) if forced else tuning_for(read_cpu())
     kernel = kernel_for(tuning, cpu_module.available_isas())
     cpu_module.set_isa(kernel)
+    blocks = blocks_for_caches(read_caches() if caches is None else caches, cpu_module.isa()["nr"])
     if tuning.kc:
-        blocks = {"kc": tuning.kc, "mc": tuning.mc, "band": tuning.band}
-    else:
-        blocks = blocks_for_caches(read_caches() if caches is None else caches, cpu_module.isa()["nr"])
-    cpu_module.set_gemm_blocking(**blocks)
+        blocks.update(kc=tuning.kc, mc=tuning.mc, band=tuning.band)
+    cpu_module.set_gemm_blocking(blocks["kc"], blocks["mc"], blocks["band"])
+    cpu_module.set_conv_blocking(blocks["winograd"], blocks["implicit"])
     global _applied
     _applied = {"family": tuning.family, "kernel": kernel, **blocks, "source": tuning.source}
     return dict(_applied)

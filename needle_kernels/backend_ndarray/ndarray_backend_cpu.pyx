@@ -208,19 +208,18 @@ cdef enum:
     GEMM_KSPLIT_BLOCK_B = 1 << 16
     # Most floats of B packed at once (256 MB).
     GEMM_PACK_MAX = 1 << 26
-    # Floats of one block of Winograd tiles with their 16 products (512 KB: in an L2 here).
-    WINOGRAD_BLOCK_FLOATS = 1 << 17
-    # The pixels conv_implicit takes per block: as many as have this many floats of windows (64 KB
-    # were they copied; mostly they are read where they lie, through the block's segment table)
-    CONV_IMPLICIT_BLOCK = 1 << 14
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
 cdef Py_ssize_t _direct_b = GEMM_DIRECT_B
 cdef int _gemm_index = nk_gemm_best()
 # The packed matmul's cache blocks (set_gemm_blocking; cpu_tuning.py picks them per CPU): KC, the
 # depth of a packed slice; MC, the most rows of A packed at once; the width of a column band of
-# a product with at most MC rows. Set as the module finishes loading (tune_on_load, below).
-cdef Py_ssize_t _kc, _mc, _band
+# a product with at most MC rows. The convolutions' blocks (set_conv_blocking): the floats of one
+# block of Winograd tiles with their 16 products, which stay in a core's L2 while the block is
+# transformed, multiplied and transformed back; the floats of windows conv_implicit takes per
+# block of pixels (were they all copied: mostly they are read where they lie, through the
+# block's segment table). All are set as the module finishes loading (tune_on_load, below).
+cdef Py_ssize_t _kc, _mc, _band, _winograd_block_floats, _implicit_block_floats
 
 # One file per family of kernels, as textual includes: they share this module's
 # declarations, its state and each other's cdef functions.

@@ -124,7 +124,7 @@ def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo,
     if width == 0:
         fill(O, 0.0)
         return
-    npix = _conv_block_pixels(&geo, CONV_IMPLICIT_BLOCK, kern.cmr)
+    npix = _conv_block_pixels(&geo, _implicit_block_floats, kern.cmr)
     nblocks = (m + npix - 1) // npix
     cdef int nt = _threads_for(2 * m * width * co // 64), tid
     if nt > nblocks:
@@ -291,7 +291,7 @@ cdef Py_ssize_t _winograd_block(Py_ssize_t tb, Py_ssize_t tiles, int nt):
 
 def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     """The stride-1 3x3 convolution of an image by its transformed kernel (see the reference),
-    a block of tiles at a time: each thread transforms WINOGRAD_BLOCK_FLOATS worth of tiles,
+    a block of tiles at a time: each thread transforms a block of tiles (conv_blocking()'s winograd floats),
     runs their 16 products and the output transform while the block is in its L2, so the
     transformed tiles and products never travel to memory and back."""
     cdef Array A = _arr("winograd_conv3x3", "a", a)
@@ -305,8 +305,8 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     if tiles == 0 or co == 0:
         return
     cdef int nt = _threads_for(2 * 16 * tiles * ci * co // 64), err = 0
-    # the block's transformed tiles and products take WINOGRAD_BLOCK_FLOATS
-    tb = _winograd_block(WINOGRAD_BLOCK_FLOATS // (16 * (ci + co)), tiles, nt)
+    # the block's transformed tiles and products take conv_blocking()'s winograd floats
+    tb = _winograd_block(_winograd_block_floats // (16 * (ci + co)), tiles, nt)
     nblocks = (tiles + tb - 1) // tb
     if nt > nblocks:
         nt = <int>nblocks
@@ -355,7 +355,7 @@ def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
     cdef int nt = _threads_for(2 * 16 * tiles * pairs // 64), err = 0, tid
     # blocks 4x as deep as the convolution's: each block's 16 products are as deep as it is
     # tall, and shallow products do not repay the direct kernel's gathering of V's columns
-    tb = _winograd_block(4 * WINOGRAD_BLOCK_FLOATS // (16 * (ci + co)), tiles, nt)
+    tb = _winograd_block(4 * _winograd_block_floats // (16 * (ci + co)), tiles, nt)
     nblocks = (tiles + tb - 1) // tb
     if nt > nblocks:
         nt = <int>(nblocks if nblocks > 0 else 1)

@@ -117,6 +117,25 @@ def set_gemm_blocking(kc, mc, band):
     _kc, _mc, _band = values["kc"], values["mc"], values["band"]
 
 
+def conv_blocking():
+    """The convolutions' blocks: winograd, the floats of one block of Winograd tiles with their 16
+    products; implicit, the floats of windows conv_implicit takes per block of pixels."""
+    return {"winograd": _winograd_block_floats, "implicit": _implicit_block_floats}
+
+
+def set_conv_blocking(winograd, implicit):
+    """Set the convolutions' blocks (see conv_blocking; cpu_tuning.py picks them for the CPU it
+    runs on). Any values compute the same convolution; they only move the speed."""
+    global _winograd_block_floats, _implicit_block_floats
+    values = {}
+    for name, value, low, high in (("winograd", winograd, 1024, 1 << 24), ("implicit", implicit, 256, 1 << 22)):
+        value = _int("set_conv_blocking", name, value)
+        if not low <= value <= high:
+            raise ValueError(f"set_conv_blocking: {name} must be in [{low}, {high}], got {value}")
+        values[name] = value
+    _winograd_block_floats, _implicit_block_floats = values["winograd"], values["implicit"]
+
+
 def set_isa(name=None):
     """Run matmul and exp/log/tanh/max with the code for "avx512", "avx2" or "generic"; None picks the widest.
 
