@@ -52,6 +52,15 @@ def test_separate_processes_prints_the_machine_and_ratios():
     assert RATIO.search(table_line(out, "matmul 256x256 (NDArray vs numpy)")), out
 
 
+def test_a_smaller_vocabulary_for_the_language_models():
+    out = run([str(SCRIPT), "--separate-processes", "--only", "transformer", "--repeat", "1", "--vocabulary", "50"])
+    assert "language models with a vocabulary of 50 words" in out
+    assert re.search(r"\d ms", table_line(out, "Transformer LM training step, seq 32 x batch 16"))
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--vocabulary", "1"], capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert bad.returncode != 0 and "--vocabulary must be at least 2, got 1" in bad.stderr
+
+
 def test_without_torch_the_needle_column_still_runs(tmp_path):
     # a torch that fails to import, first on the path of the script and of the processes it starts
     (tmp_path / "torch").mkdir()

@@ -831,7 +831,8 @@ def measure_alone(index, library, setup):
 
 def run_alone(index, library, setup):
     """Start a fresh process for ``measure_alone`` under the environment as given; its JSON."""
-    command = [sys.executable, __file__, "--row", str(index), "--library", library, "--device", setup.torch_device]
+    command = [sys.executable, __file__, "--row", str(index), "--library", library, "--device", setup.torch_device,
+               "--vocabulary", str(VOCAB)]
     if setup.threads:
         command += ["--threads", str(setup.threads)]
     done = subprocess.run(command, capture_output=True, text=True, env=GIVEN_ENV)
@@ -929,6 +930,9 @@ def parser():
     ap.add_argument("--separate-processes", action="store_true",
                     help="time each library in a fresh process of its own with its own defaults, alternately; "
                          "print each library's median and min-max")
+    ap.add_argument("--vocabulary", type=int, default=VOCAB,
+                    help=f"words in the language models' vocabulary (the lstm, ptb and transformer rows; default "
+                         f"{VOCAB}): a small one leaves out most of the output layer's cost")
     ap.add_argument("--memory-probe", choices=["ndl", "torch"], help=argparse.SUPPRESS)
     # one process of --separate-processes: ROWS[--row] in --library alone
     ap.add_argument("--row", type=int, help=argparse.SUPPRESS)
@@ -943,6 +947,10 @@ def main(argv=None):
         ap.error("--row and --library go together (one process of --separate-processes)")
     if args.separate_processes and args.profile:
         ap.error("--profile times needle_kernels in this process: leave out --separate-processes")
+    if args.vocabulary < 2:
+        ap.error(f"--vocabulary must be at least 2, got {args.vocabulary}")
+    global VOCAB
+    VOCAB = args.vocabulary
     if args.memory_probe:
         memory_probe(args.memory_probe, args.threads or get_threads())
         return 0
@@ -985,6 +993,8 @@ def main(argv=None):
         print(f"device {device or ndl.default_device()}, threads {threads}, "
               f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}, "
               f"torch {torch_version}")
+    if args.vocabulary != ap.get_default("vocabulary"):
+        print(f"language models with a vocabulary of {VOCAB} words")
     setup = Setup(device, torch_device, threads)
     measured = []
     for row in ROWS:

@@ -186,9 +186,9 @@ NK_VATTR static void FN(nk_unary)(int op, const float *a, float *out, ptrdiff_t 
 /* sigmoid(x) = (tanh(x / 2) + 1) / 2, as the Sigmoid op computes it (never overflows). */
 NK_VATTR static inline VF FN(nk_vsig)(VF x) { return (FN(nk_vtanh)(x * 0.5f) + 1.0f) * 0.5f; }
 
-/* w <= NK_VW floats of a into a vector (the other lanes zero), and back. */
-/* A whole vector takes a fixed-size copy, which compiles to one load or store; a
- * copy of a size known only at run time is a call to memcpy. */
+/* w <= NK_VW floats of a into a vector (the other lanes zero), and back. A whole
+ * vector takes a fixed-size copy, which compiles to one load or store; a copy of
+ * a size known only at run time is a call to memcpy. */
 NK_VATTR static inline VF FN(nk_vload)(const float *a, ptrdiff_t w)
 {
     VF x = SPLAT(0.0f);

@@ -291,9 +291,9 @@ cdef Py_ssize_t _winograd_block(Py_ssize_t tb, Py_ssize_t tiles, int nt):
 
 def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     """The stride-1 3x3 convolution of an image by its transformed kernel (see the reference),
-    a block of tiles at a time: each thread transforms a block of tiles (conv_blocking()'s winograd floats),
-    runs their 16 products and the output transform while the block is in its L2, so the
-    transformed tiles and products never travel to memory and back."""
+    a block of tiles at a time (conv_blocking()'s winograd floats): each thread transforms a
+    block's tiles, runs their 16 products and the output transform while the block is in its
+    L2, so the transformed tiles and products never travel to memory and back."""
     cdef Array A = _arr("winograd_conv3x3", "a", a)
     cdef Array U = _arr("winograd_conv3x3", "u", u)
     cdef Array O = _arr("winograd_conv3x3", "out", out)
