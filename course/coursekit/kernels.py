@@ -622,8 +622,9 @@ def tiled_speedup(mod, n=512, repeats=5, seed=0):
 
     The two alternate in one process and each keeps its best call: a machine busy with other work
     (a class graded two notebooks at a time) only ever slows a call down, and a median of a few
-    calls still moved with it. The yardstick is the course's own kernel, not the notebook's ``matmul``. ``mod.matmul_tiled``'s product
-    is checked against numpy first: a kernel that skips work is not fast.
+    calls still moved with it. The yardstick is the course's own kernel, not the notebook's
+    ``matmul``. ``mod.matmul_tiled``'s product is checked against numpy first: a kernel that skips
+    work is not fast.
     """
     if n % TILE:
         raise ValueError(f"tiled_speedup: n = {n} must be a multiple of the tile size {TILE}")

@@ -23,20 +23,10 @@ NK_VATTR static inline VF FN(nk_vsel)(VI m, VF a, VF b) { return (VF)((m & (VI)a
 
 #define SPLAT(c) ((VF){0} + (c))
 
-#if NK_VW == 16
-/* AVX-512's vscalefps multiplies by 2^n with IEEE overflow to inf and gradual
- * underflow in one rounding, so this copy needs neither the bounds' selects
- * nor the power of two split in halves below: about half the instructions,
- * for the same polynomial. Clamping x keeps n finite; beyond the clamps the
- * result is inf or 0 either way. max/min return their second operand for a
- * NaN, so a NaN is put back at the end. */
-NK_VATTR static inline VF FN(nk_vexp)(VF x)
+/* exp(r) for the reduced argument |r| <= ln(2) / 2 (Cephes' polynomial), which
+ * both copies of nk_vexp below scale by 2^n. */
+NK_VATTR static inline VF FN(nk_vexp_reduced)(VF r)
 {
-    __m512 xc = _mm512_min_ps(_mm512_max_ps((__m512)x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    VF r = (VF)_mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = (VF)_mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), (__m512)r);
     VF z = r * r;
     VF p = SPLAT(1.9875691500E-4f);
     p = p * r + 1.3981999507E-3f;
@@ -44,7 +34,23 @@ NK_VATTR static inline VF FN(nk_vexp)(VF x)
     p = p * r + 4.1665795894E-2f;
     p = p * r + 1.6666665459E-1f;
     p = p * r + 5.0000001201E-1f;
-    p = p * z + r + 1.0f;
+    return p * z + r + 1.0f;
+}
+
+#if NK_VW == 16
+/* AVX-512's vscalefps multiplies by 2^n with IEEE overflow to inf and gradual
+ * underflow in one rounding, so this copy needs neither the bounds' selects
+ * nor the power of two split in halves below. Clamping x keeps n finite;
+ * beyond the clamps the result is inf or 0 either way. max/min return their
+ * second operand for a NaN, so a NaN is put back at the end. */
+NK_VATTR static inline VF FN(nk_vexp)(VF x)
+{
+    __m512 xc = _mm512_min_ps(_mm512_max_ps((__m512)x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    VF r = (VF)_mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = (VF)_mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), (__m512)r);
+    VF p = FN(nk_vexp_reduced)(r);
     return FN(nk_vsel)(x != x, x, (VF)_mm512_scalef_ps((__m512)p, n));
 }
 #else
@@ -58,14 +64,7 @@ NK_VATTR static inline VF FN(nk_vexp)(VF x)
     VF nf = __builtin_convertvector(n, VF);
     VF r = xc - nf * 0.693359375f;
     r = r - nf * -2.12194440e-4f;
-    VF z = r * r;
-    VF p = SPLAT(1.9875691500E-4f);
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    p = p * z + r + 1.0f;
+    VF p = FN(nk_vexp_reduced)(r);
     VI n1 = n >> 1, n2 = n - n1;
     VF y = p * (VF)((n1 + 127) << 23) * (VF)((n2 + 127) << 23);
     y = FN(nk_vsel)(x > 88.7228391116729996f, SPLAT(INFINITY), y);
