@@ -110,6 +110,9 @@ def test_thread_count_does_not_change_results(cpu):
 
 @pytest.mark.parametrize("m, n, p", [(5, 7, 3), (37, 300, 45), (260, 257, 130), (64, 1000, 64), (147, 300, 16),
                                      (3, 40, 33), (1, 600, 1), (16, 400, 100),
+                                     # a last panel of rows of each height: 64 and 37 (a third of
+                                     # 12 rows or less), 260 (two thirds), 70 (more; 4 of 6 rows)
+                                     (70, 300, 45),
                                      # deep enough for a transposed A to split its depth among threads
                                      # (each share of 16x2100x147's in blocks of 445 rows of B, the last partial)
                                      (16, 2100, 147), (5, 1025, 3)])

@@ -53,15 +53,15 @@ typedef struct {
 #define NK_CAT(a, b) NK_CAT_(a, b)
 #endif
 
-/* One instantiation of the micro- and macro-kernel. */
-#define NK_DEFINE_GEMM(NAME, ATTR, W, MR, NV)                                                   \
-    typedef float NK_CAT(nk_vec_, NAME) __attribute__((vector_size(4 * (W))));                \
+/* A micro-kernel computing MR rows of C from A panels of AS floats per k (AS >= MR: an
+ * edge kernel reads the first rows of a full-height panel). */
+#define NK_DEFINE_MICRO(NAME, ATTR, W, MR, AS, NV)                                              \
     ATTR static inline void NK_CAT(nk_micro_, NAME)(ptrdiff_t kc, const float *restrict A,     \
                                                     const float *restrict B, float *restrict C, \
                                                     ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr,  \
                                                     int add)                                    \
     {                                                                                           \
-        typedef NK_CAT(nk_vec_, NAME) vec;                                                      \
+        typedef float vec __attribute__((vector_size(4 * (W))));                                \
         vec acc[MR][NV];                                                                        \
         _Pragma("GCC unroll 32") for (int i = 0; i < (MR); i++)                                 \
             _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] = (vec){0};        \
@@ -74,7 +74,7 @@ typedef struct {
                 const float a = A[i];                                                           \
                 _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) acc[i][j] += a * b[j];   \
             }                                                                                   \
-            A += (MR);                                                                          \
+            A += (AS);                                                                          \
             B += (NV) * (W);                                                                    \
         }                                                                                       \
         if (mr == (MR) && nr == (NV) * (W)) {                                                   \
@@ -96,18 +96,33 @@ typedef struct {
                 for (ptrdiff_t j = 0; j < nr; j++)                                              \
                     C[i * ldc + j] = (add ? C[i * ldc + j] : 0.0f) + tile[i * (NV) * (W) + j];  \
         }                                                                                       \
-    }                                                                                           \
+    }
+
+/* One instantiation of the micro- and macro-kernel. MR is a multiple of 3: the last panel
+ * of rows, when it is not full, runs a kernel of MR/3 or 2MR/3 rows (a product with 64 rows
+ * and MR = 12 would otherwise compute 72 rows, an eighth of them on padding). */
+#define NK_DEFINE_GEMM(NAME, ATTR, W, MR, NV)                                                   \
+    NK_DEFINE_MICRO(NAME, ATTR, W, MR, MR, NV)                                                  \
+    NK_DEFINE_MICRO(NK_CAT(NAME, _third), ATTR, W, (MR) / 3, MR, NV)                            \
+    NK_DEFINE_MICRO(NK_CAT(NAME, _two_thirds), ATTR, W, 2 * (MR) / 3, MR, NV)                   \
     ATTR static void NK_CAT(nk_macro_, NAME)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc,          \
                                              const float *Ap, const float *Bp, float *C,        \
                                              ptrdiff_t ldc, int add)                            \
     {                                                                                           \
+        _Static_assert((MR) % 3 == 0, "the edge kernels take a third of MR");                   \
         const ptrdiff_t NR = (NV) * (W);                                                        \
         for (ptrdiff_t jr = 0; jr < nc; jr += NR) {                                             \
             ptrdiff_t nr = nc - jr < NR ? nc - jr : NR;                                         \
             for (ptrdiff_t ir = 0; ir < mc; ir += (MR)) {                                       \
                 ptrdiff_t mr = mc - ir < (MR) ? mc - ir : (MR);                                 \
-                NK_CAT(nk_micro_, NAME)(kc, Ap + ir * kc, Bp + jr * kc, C + ir * ldc + jr, ldc, \
-                                        mr, nr, add);                                           \
+                const float *a = Ap + ir * kc, *b = Bp + jr * kc;                               \
+                float *c = C + ir * ldc + jr;                                                   \
+                if (mr <= (MR) / 3)                                                             \
+                    NK_CAT(nk_micro_, NK_CAT(NAME, _third))(kc, a, b, c, ldc, mr, nr, add);     \
+                else if (mr <= 2 * (MR) / 3)                                                    \
+                    NK_CAT(nk_micro_, NK_CAT(NAME, _two_thirds))(kc, a, b, c, ldc, mr, nr, add);\
+                else                                                                            \
+                    NK_CAT(nk_micro_, NAME)(kc, a, b, c, ldc, mr, nr, add);                     \
             }                                                                                   \
         }                                                                                       \
     }
@@ -376,16 +391,23 @@ static void nk_pack_a(const float *A, ptrdiff_t lda, ptrdiff_t mc, ptrdiff_t kc,
 }
 
 /* Pack rows [0, kc) x cols [j0, j1) of B (leading dim ldb) into NR-column
- * panels; the panel of column j0 lands at Bp + j0 * kc (j0 a multiple of NR). */
+ * panels; the panel of column j0 lands at Bp + j0 * kc (j0 a multiple of NR).
+ * A row of B at a time, all its panels' pieces: B is read in order along its rows,
+ * which the hardware prefetcher follows; a panel at a time would read NR columns of
+ * every row, a row length apart, a new page per row once B's rows are longer than a page. */
 static void nk_pack_b(const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t j0, ptrdiff_t j1, int NR,
                       float *Bp)
 {
-    for (ptrdiff_t jr = j0; jr < j1; jr += NR) {
-        ptrdiff_t nr = j1 - jr < NR ? j1 - jr : NR;
-        float *dst = Bp + jr * kc;
-        for (ptrdiff_t k = 0; k < kc; k++) {
-            memcpy(dst + k * NR, B + k * ldb + jr, (size_t)nr * sizeof(float));
-            for (ptrdiff_t j = nr; j < NR; j++) dst[k * NR + j] = 0.0f;
+    ptrdiff_t full = j0 + (j1 - j0) / NR * NR;  /* the columns of whole panels */
+    for (ptrdiff_t k = 0; k < kc; k++) {
+        const float *src = B + k * ldb;
+        for (ptrdiff_t jr = j0; jr < full; jr += NR)
+            memcpy(Bp + jr * kc + k * NR, src + jr, (size_t)NR * sizeof(float));
+        if (full < j1) {
+            float *dst = Bp + full * kc + k * NR;
+            ptrdiff_t nr = j1 - full;
+            memcpy(dst, src + full, (size_t)nr * sizeof(float));
+            for (ptrdiff_t j = nr; j < NR; j++) dst[j] = 0.0f;
         }
     }
 }
