@@ -190,6 +190,15 @@ def bias_add(x, bias, in_place=False):
     return x + numpy.reshape(bias, (1, -1))
 
 
+def matmul_bias(x, w, bias):
+    """x (m, n) @ w (n, p) + bias (p elements) on every row: a linear layer's forward."""
+    if numpy.ndim(x) != 2 or numpy.ndim(w) != 2 or numpy.shape(x)[1] != numpy.shape(w)[0] \
+            or numpy.size(bias) != numpy.shape(w)[1]:
+        raise ValueError(f"matmul_bias: x, w and bias must be (m, n), (n, p) and of p elements, got shapes "
+                         f"{numpy.shape(x)}, {numpy.shape(w)} and {numpy.shape(bias)}")
+    return bias_add(x @ w, bias, in_place=True)
+
+
 def relu_backward(g, x):
     """g * (x > 0): relu's adjoint for out_grad g at its input x (the NDArray kernels' formula)."""
     _same_shape("relu_backward", g, x)

@@ -29,6 +29,7 @@ TABLE = [
     "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent",
     "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm", "layernorm_backward",
     "rmsnorm", "rmsnorm_backward", "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
+    "matmul_bias",
     "conv_implicit", "conv_implicit_weight_grad",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
@@ -287,6 +288,29 @@ def test_matmul_t(backend, ref, m, n, p, trans_a, trans_b, seed):
     got, want = both(backend, ref, "matmul_t", [a_in, b_in], m * p, m, n, p, trans_a, trans_b)
     close(got, want, **_mm_tol(n))
     close(want.reshape(m, p), a.astype(np.float64) @ b, **_mm_tol(n))
+
+
+def _matmul_bias_case(backend, ref, m, n, p, seed):
+    rng = np.random.default_rng(seed)
+    a, b = _mats(rng, (m, n), (n, p))
+    bias = (rng.standard_normal(p) * 10).astype(np.float32)
+    got, want = both(backend, ref, "matmul_bias", [a, b, bias], m * p, m, n, p)
+    close(got, want, **_mm_tol(n))
+    close(want.reshape(m, p), a.astype(np.float64) @ b + bias, **_mm_tol(n))
+
+
+@given_settings
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_matmul_bias(backend, ref, m, n, p, seed):
+    _matmul_bias_case(backend, ref, m, n, p, seed)
+
+
+# each path of the CPU kernel: direct (narrow), few rows (bands of columns; 64 rows leave a
+# partial panel), packed with several KC slices (the bias only on the first), partial tiles
+@pytest.mark.parametrize("m, n, p", [(64, 64, 10000), (512, 64, 1000), (300, 700, 900), (100, 16, 400),
+                                     (67, 513, 129), (1, 300, 1)])
+def test_matmul_bias_large(backend, ref, m, n, p):
+    _matmul_bias_case(backend, ref, m, n, p, m + n + p)
 
 
 @pytest.mark.parametrize("m, n, p", [(16, 400, 100), (640, 2000, 100), (300, 700, 900), (100, 16, 400)])

@@ -401,6 +401,15 @@ def test_bias_add_bad_sizes(backend, ref, sizes, dims):
     raises_like_reference(backend, ref, "bias_add", lambda m: arrays(m, *sizes) + list(dims))
 
 
+@pytest.mark.parametrize("sizes, dims", [
+    ((12, 20, 4, 15), (3, 4, 5)),   # bias has 4, not p = 5
+    ((12, 20, 5, 14), (3, 4, 5)),   # out too small
+    ((11, 20, 5, 15), (3, 4, 5)),   # a has 11
+])
+def test_matmul_bias_bad_sizes(backend, ref, sizes, dims):
+    raises_like_reference(backend, ref, "matmul_bias", lambda m: arrays(m, *sizes) + list(dims))
+
+
 @pytest.mark.parametrize("fn, sizes, dims", [
     ("lstm_cell", (23, 6, 6, 6), (2, 3)),                  # gates have 23 elements, not 2 * 4 * 3
     ("lstm_cell", (24, 6, 5, 6), (2, 3)),                  # h too small

@@ -120,9 +120,11 @@ def test_thread_count_does_not_change_results(cpu):
 def test_every_gemm_kernel(cpu, m, n, p, limit):
     """Each instruction set's packed and direct kernels (B in place, or packed into strips when
     it is over the limit and A has 64 rows or more; a deep product of a transposed A split by
-    depth among the threads), on 1 and 2 threads, with rows and columns that leave partial tiles."""
+    depth among the threads), on 1 and 2 threads, with rows and columns that leave partial
+    tiles; without and with a bias (matmul_bias)."""
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
+    bias = rng.standard_normal(p).astype(np.float32)
     want = a @ b
     assert cpu.available_isas()[-1] == "generic"
     old = cpu.set_gemm_direct_limit(limit)
@@ -144,6 +146,12 @@ def test_every_gemm_kernel(cpu, m, n, p, limit):
                         cpu.matmul(a_in, b_in, out, m, n, p)
                     np.testing.assert_allclose(get(cpu, out).reshape(m, p), want, rtol=1e-4, atol=1e-4 * n**0.5,
                                                err_msg=f"{name}, {threads} threads, transposed {ta, tb}")
+                # and the product with a bias added as each tile is stored
+                out = cpu.Array(m * p)
+                cpu.fill(out, np.nan)
+                cpu.matmul_bias(put(cpu, a), put(cpu, b), put(cpu, bias), out, m, n, p)
+                np.testing.assert_allclose(get(cpu, out).reshape(m, p), want + bias, rtol=1e-4,
+                                           atol=1e-4 * n**0.5, err_msg=f"{name}, {threads} threads, bias")
     finally:
         cpu.set_gemm_direct_limit(old)
 

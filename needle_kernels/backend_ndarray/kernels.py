@@ -91,6 +91,7 @@ REGISTRY = (
     Kernel("matmul_batched", "matmul", "a, b, out, batch, m, n, p", False),
     Kernel("matmul_tiled", "matmul", "a, b, out, m, n, p", False, cuda="matmul.cu"),
     Kernel("matmul_t", "matmul", "a, b, out, m, n, p, trans_a, trans_b", False),
+    Kernel("matmul_bias", "matmul", "a, b, bias, out, m, n, p", False, function="matmul_bias"),
     Kernel("reduce_sum_axis", "reduce", "a, out, outer, reduce_size, inner", False),
     Kernel("reduce_max_axis", "reduce", "a, out, outer, reduce_size, inner", False),
     # ---- fused kernels: generic array operations stand in on a device without them

@@ -138,7 +138,8 @@ cdef extern from "ndarray_backend_cpu_blas.h" nogil:
 
 cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     ctypedef void (*nk_macro_fn)(Py_ssize_t mc, Py_ssize_t nc, Py_ssize_t kc, const float *Ap,
-                                 const float *Bp, float *C, Py_ssize_t ldc, int add) noexcept nogil
+                                 const float *Bp, float *C, Py_ssize_t ldc, int add,
+                                 const float *bias) noexcept nogil
     ctypedef void (*nk_direct_fn)(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, const float *A, Py_ssize_t ars,
                                   Py_ssize_t acs, const float *B, const float *Bp, float *C,
                                   float *work) noexcept nogil

@@ -25,8 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* add: C += the product (a later KC slice); else C = the product, plus bias[j] in column j
+ * where bias is not NULL (a linear layer's bias, added as the tile is stored). */
 typedef void (*nk_macro_fn)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc, const float *Ap,
-                            const float *Bp, float *C, ptrdiff_t ldc, int add);
+                            const float *Bp, float *C, ptrdiff_t ldc, int add, const float *bias);
 
 typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, ptrdiff_t ars,
                              ptrdiff_t acs, const float *B, const float *Bp, float *C, float *work);
@@ -59,7 +61,7 @@ typedef struct {
     ATTR static inline void NK_CAT(nk_micro_, NAME)(ptrdiff_t kc, const float *restrict A,     \
                                                     const float *restrict B, float *restrict C, \
                                                     ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr,  \
-                                                    int add)                                    \
+                                                    int add, const float *restrict bias)        \
     {                                                                                           \
         typedef float vec __attribute__((vector_size(4 * (W))));                                \
         vec acc[MR][NV];                                                                        \
@@ -82,9 +84,12 @@ typedef struct {
                 _Pragma("GCC unroll 8") for (int j = 0; j < (NV); j++) {                        \
                 float *c = C + i * ldc + j * (W);                                               \
                 vec v = acc[i][j];                                                              \
+                vec old;                                                                        \
                 if (add) {                                                                      \
-                    vec old;                                                                    \
                     memcpy(&old, c, sizeof(vec));                                               \
+                    v += old;                                                                   \
+                } else if (bias) {                                                              \
+                    memcpy(&old, bias + j * (W), sizeof(vec));                                  \
                     v += old;                                                                   \
                 }                                                                               \
                 memcpy(c, &v, sizeof(vec));                                                     \
@@ -94,7 +99,8 @@ typedef struct {
             memcpy(tile, acc, sizeof(tile));                                                    \
             for (ptrdiff_t i = 0; i < mr; i++)                                                  \
                 for (ptrdiff_t j = 0; j < nr; j++)                                              \
-                    C[i * ldc + j] = (add ? C[i * ldc + j] : 0.0f) + tile[i * (NV) * (W) + j];  \
+                    C[i * ldc + j] = (add ? C[i * ldc + j] : bias ? bias[j] : 0.0f)             \
+                                     + tile[i * (NV) * (W) + j];                                \
         }                                                                                       \
     }
 
@@ -107,7 +113,7 @@ typedef struct {
     NK_DEFINE_MICRO(NK_CAT(NAME, _two_thirds), ATTR, W, 2 * (MR) / 3, MR, NV)                   \
     ATTR static void NK_CAT(nk_macro_, NAME)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc,          \
                                              const float *Ap, const float *Bp, float *C,        \
-                                             ptrdiff_t ldc, int add)                            \
+                                             ptrdiff_t ldc, int add, const float *bias)         \
     {                                                                                           \
         _Static_assert((MR) % 3 == 0, "the edge kernels take a third of MR");                   \
         const ptrdiff_t NR = (NV) * (W);                                                        \
@@ -115,14 +121,15 @@ typedef struct {
             ptrdiff_t nr = nc - jr < NR ? nc - jr : NR;                                         \
             for (ptrdiff_t ir = 0; ir < mc; ir += (MR)) {                                       \
                 ptrdiff_t mr = mc - ir < (MR) ? mc - ir : (MR);                                 \
-                const float *a = Ap + ir * kc, *b = Bp + jr * kc;                               \
+                const float *a = Ap + ir * kc, *b = Bp + jr * kc, *bj = bias ? bias + jr : NULL;\
                 float *c = C + ir * ldc + jr;                                                   \
                 if (mr <= (MR) / 3)                                                             \
-                    NK_CAT(nk_micro_, NK_CAT(NAME, _third))(kc, a, b, c, ldc, mr, nr, add);     \
+                    NK_CAT(nk_micro_, NK_CAT(NAME, _third))(kc, a, b, c, ldc, mr, nr, add, bj); \
                 else if (mr <= 2 * (MR) / 3)                                                    \
-                    NK_CAT(nk_micro_, NK_CAT(NAME, _two_thirds))(kc, a, b, c, ldc, mr, nr, add);\
+                    NK_CAT(nk_micro_, NK_CAT(NAME, _two_thirds))(kc, a, b, c, ldc, mr, nr, add, \
+                                                                 bj);                           \
                 else                                                                            \
-                    NK_CAT(nk_micro_, NAME)(kc, a, b, c, ldc, mr, nr, add);                     \
+                    NK_CAT(nk_micro_, NAME)(kc, a, b, c, ldc, mr, nr, add, bj);                 \
             }                                                                                   \
         }                                                                                       \
     }

@@ -206,6 +206,14 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
     out.array[:] = (A @ B).ravel()
 
 
+def matmul_bias(a, b, bias, out, m, n, p):
+    """out (m, p) = a (m, n) @ b (n, p) + bias (p elements) on every row: a linear layer (an
+    extension: the CPU backend adds the bias as it stores each tile of the product)."""
+    _check_matmul("matmul_bias", a, b, out, m, n, p)
+    check_size("matmul_bias", bias, p, f"bias (p={p})")
+    out.array[:] = (a.array.reshape(m, n) @ b.array.reshape(n, p) + bias.array).ravel()
+
+
 def matmul_batched(a, b, out, batch, m, n, p):
     """out[k] (m, p) = a[k] (m, n) @ b[k] (n, p) for k < batch (an extension used by NDArray's batched @)."""
     _check_matmul("matmul_batched", a, b, out, m, n, p, batch)

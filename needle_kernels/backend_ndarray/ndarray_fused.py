@@ -542,6 +542,24 @@ def sigmoid_backward(g, y):
     return _activation_adjoint("sigmoid_backward", g, y, lambda: g * y * (1.0 - y))
 
 
+def matmul_bias(x, w, bias):
+    """x (m, n) @ w (n, p) + bias (p elements) on every row: a linear layer's forward. The
+    device's kernel adds the bias as it stores each tile of the product; without it (or for
+    operands that are views) the product is made first and the bias added into it."""
+    if not (isinstance(x, NDArray) and isinstance(w, NDArray) and x.ndim == 2 and w.ndim == 2
+            and x.shape[1] == w.shape[0] and isinstance(bias, NDArray) and bias.size == w.shape[1]):
+        raise ValueError(f"matmul_bias: x, w and bias must be NDArrays (m, n), (n, p) and of p elements, got shapes "
+                         f"{getattr(x, 'shape', None)}, {getattr(w, 'shape', None)} and {getattr(bias, 'shape', None)}")
+    dev = x._device
+    if not (_has_kernel(dev, "matmul_bias") and w._device is dev and bias._device is dev
+            and x.is_compact() and w.is_compact()):
+        return bias_add(x @ w, bias, in_place=True)  # the product is this call's own array
+    (m, n), p = x.shape, w.shape[1]
+    out = NDArray._new((m, p), dev)
+    dev.matmul_bias(x._handle, w._handle, bias.compact()._handle, out._handle, m, n, p)
+    return out
+
+
 def bias_add(x, bias, in_place=False):
     """x (rows, cols) + bias (cols elements, any shape) on every row, in one kernel.
 

@@ -547,8 +547,9 @@ def matmul(a, b):
 
 
 class MatMulBias(TensorOp):
-    """out = x @ w + b for x (n, in), w (in, out) and b of out elements (a linear layer), with the
-    bias added by one kernel instead of a broadcast copy and an add.
+    """out = x @ w + b for x (n, in), w (in, out) and b of out elements (a linear layer), the
+    bias added by the product's kernel as it stores each tile (``matmul_bias``) instead of by a
+    broadcast copy and an add.
 
     dx = g @ w^T,  dw = x^T @ g,  db = g summed over the rows (in b's shape): each a
     MatMulBiasGradient of (x, w, g).
@@ -558,7 +559,7 @@ class MatMulBias(TensorOp):
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0] or b.size != w.shape[1]:
             raise ValueError(f"matmul_bias: shapes {tuple(x.shape)}, {tuple(w.shape)} and bias {tuple(b.shape)} "
                              "are not (n, in), (in, out) and out elements")
-        return array_api.bias_add(x @ w, b, in_place=True)  # the product is this op's own array
+        return array_api.matmul_bias(x, w, b)
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs

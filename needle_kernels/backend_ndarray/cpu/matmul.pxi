@@ -29,32 +29,34 @@ cdef inline void _pack_a(const nk_gemm_kernel *kern, const float *A, bint at, Py
 
 cdef inline void _gemm_rows(const nk_gemm_kernel *kern, const float *A, bint at, Py_ssize_t m, float *C, float *Ap,
                             const float *Bp, Py_ssize_t i0, Py_ssize_t mcur, Py_ssize_t n, Py_ssize_t p,
-                            Py_ssize_t kc, Py_ssize_t nc, Py_ssize_t jc, Py_ssize_t ncur) noexcept nogil:
-    """Rows i0..i0+mcur of C[:, jc:jc+ncur] (+)= A @ B, one KC slice at a time, from the packed B."""
+                            Py_ssize_t kc, Py_ssize_t nc, Py_ssize_t jc, Py_ssize_t ncur,
+                            const float *bias) noexcept nogil:
+    """Rows i0..i0+mcur of C[:, jc:jc+ncur] = A @ B (+ bias, when not NULL), one KC slice at a
+    time, from the packed B."""
     cdef Py_ssize_t pc = 0, kcur
     while pc < n:
         kcur = kc if kc < n - pc else n - pc
         _pack_a(kern, A, at, m, n, i0, mcur, pc, kcur, Ap)
-        kern.macro(mcur, ncur, kcur, Ap, Bp + pc * nc, C + i0 * p + jc, p, pc > 0)
+        kern.macro(mcur, ncur, kcur, Ap, Bp + pc * nc, C + i0 * p + jc, p, pc > 0, _columns(bias, jc))
         pc += kc
 
 
 cdef void _gemm_band(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
                      Py_ssize_t n, Py_ssize_t p, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t ncur,
-                     float *Ap, float *Bp) noexcept nogil:
-    """C[:, j0:j0+ncur] = A @ B[:, j0:j0+ncur] for m <= MC rows, one KC slice at a time: the slice
-    of B is packed and used at once, while it is in cache."""
+                     float *Ap, float *Bp, const float *bias) noexcept nogil:
+    """C[:, j0:j0+ncur] = A @ B[:, j0:j0+ncur] (+ bias) for m <= MC rows, one KC slice at a time:
+    the slice of B is packed and used at once, while it is in cache."""
     cdef Py_ssize_t pc = 0, kcur
     while pc < n:
         kcur = kc if kc < n - pc else n - pc
         nk_pack_b(B + pc * p + j0, p, kcur, 0, ncur, kern.nr, Bp)
         _pack_a(kern, A, at, m, n, 0, m, pc, kcur, Ap)
-        kern.macro(m, ncur, kcur, Ap, Bp, C + j0, p, pc > 0)
+        kern.macro(m, ncur, kcur, Ap, Bp, C + j0, p, pc > 0, _columns(bias, j0))
         pc += kc
 
 
 cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
-                        Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
+                        Py_ssize_t n, Py_ssize_t p, int nt, const float *bias) noexcept nogil:
     """C = A @ B when A has at most MC rows (a weight gradient X^T @ G, a small batch times a
     wide layer): the threads split the columns of C into bands instead of its few rows, so each
     reads its band of B once; splitting rows would have every thread stream all of B."""
@@ -78,12 +80,12 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, con
         nk_note_thread(0)
         for jb in range(nbands):
             _gemm_band(kern, A, at, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
-                       buf, buf + apsize)
+                       buf, buf + apsize, bias)
     else:
         for jb in prange(nbands, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
             _gemm_band(kern, A, at, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
-                       buf + threadid() * per, buf + threadid() * per + apsize)
+                       buf + threadid() * per, buf + threadid() * per + apsize, bias)
     free(buf)
     return 0
 
@@ -185,9 +187,16 @@ cdef inline bint _direct_fits(Py_ssize_t n, Py_ssize_t p) noexcept nogil:
     return _direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS)
 
 
-cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
-               int nt) noexcept nogil:
-    """C (m, p) = A (m, n) @ B (n, p), row-major; returns -1 when out of memory.
+cdef inline int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
+                      int nt) noexcept nogil:
+    """C (m, p) = A (m, n) @ B (n, p), row-major; returns -1 when out of memory."""
+    return _gemm_bias(A, B, NULL, C, m, n, p, nt)
+
+
+cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C, Py_ssize_t m, Py_ssize_t n,
+                    Py_ssize_t p, int nt) noexcept nogil:
+    """C (m, p) = A (m, n) @ B (n, p) (+ bias (p,) on every row, when not NULL), row-major;
+    returns -1 when out of memory.
 
     Goto/BLIS blocking: the threads pack a column block of B together (all
     its KC-deep slices, as NR-column panels), then each takes MC-row blocks,
@@ -199,28 +208,48 @@ cdef int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_
     cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
     cdef float *Bp
     cdef float *Ap_all
+    cdef int err = 0
     if m == 0 or p == 0:
         return 0
     if n == 0:
         memset(C, 0, m * p * sizeof(float))
-        return 0
-    if m * n * p <= GEMM_SMALL:
+    elif m * n * p <= GEMM_SMALL:
         _gemm_small(A, B, C, m, n, p)
-        return 0
-    if _direct_fits(n, p):
-        return _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
-    return _gemm_packed(kern, A, False, B, C, m, n, p, nt)
+    elif _direct_fits(n, p):
+        err = _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
+    else:
+        # the packed kernel adds the bias as it stores each tile of C
+        return _gemm_packed(kern, A, False, B, C, m, n, p, nt, bias)
+    if bias != NULL and err == 0:
+        _bias_rows(C, bias, m, p, nt)
+    return err
+
+
+cdef inline const float *_columns(const float *bias, Py_ssize_t j) noexcept nogil:
+    """The bias of the columns from j on (NULL for none)."""
+    return bias + j if bias != NULL else NULL
+
+
+cdef void _bias_rows(float *C, const float *bias, Py_ssize_t m, Py_ssize_t p, int nt) noexcept nogil:
+    """C[i, :] += bias for every row, the rows split among nt threads."""
+    cdef Py_ssize_t step = _chunks(m, nt, 1)
+    cdef int t
+    for t in prange(nt, num_threads=nt, schedule="static"):
+        nk_note_thread(threadid())
+        if t * step < m:
+            nk_bias_add_rows(C + t * step * p, bias, C + t * step * p, min(step, m - t * step), p)
 
 
 cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
-                      Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
-    """The packed kernel of _gemm for m, n, p >= 1; A row-major, or (at) stored as its transpose."""
+                      Py_ssize_t n, Py_ssize_t p, int nt, const float *bias) noexcept nogil:
+    """The packed kernel of _gemm_bias for m, n, p >= 1; A row-major, or (at) stored as its
+    transpose."""
     cdef int MR = kern.mr, NR = kern.nr
     cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
     cdef float *Bp
     cdef float *Ap_all
     if m <= _mc:
-        return _gemm_few_rows(kern, A, at, B, C, m, n, p, nt)
+        return _gemm_few_rows(kern, A, at, B, C, m, n, p, nt, bias)
     kc = _kc if _kc < n else n
     # B is packed a whole column chunk at a time (all of it, unless that
     # would take more than GEMM_PACK_MAX floats), so the threads meet only
@@ -259,7 +288,7 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
                 nk_pack_b(B + pc * p + jc, p, kc if kc < n - pc else n - pc, 0, ncur, NR, Bp + pc * nc)
             for ib in range(nb):
                 _gemm_rows(kern, A, at, m, C, Ap_all, Bp, ib * mc, mc if mc < m - ib * mc else m - ib * mc,
-                           n, p, kc, nc, jc, ncur)
+                           n, p, kc, nc, jc, ncur, bias)
         else:
             with parallel(num_threads=nt):
                 for it in prange(nslices * npan, schedule="static"):
@@ -271,7 +300,7 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
                 # dynamic: a thread that gets its core back late takes fewer row blocks
                 for ib in prange(nb, schedule="dynamic"):
                     _gemm_rows(kern, A, at, m, C, Ap_all + threadid() * mc * kc, Bp, ib * mc,
-                               mc if mc < m - ib * mc else m - ib * mc, n, p, kc, nc, jc, ncur)
+                               mc if mc < m - ib * mc else m - ib * mc, n, p, kc, nc, jc, ncur, bias)
         jc += nc
     free(Bp)
     free(Ap_all)
@@ -291,6 +320,25 @@ def matmul(a, b, out, m, n, p):
         err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
     if err:
         raise MemoryError("matmul: cannot allocate packing buffers")
+
+
+def matmul_bias(a, b, bias, out, m, n, p):
+    """out (m, p) = a (m, n) @ b (n, p) + bias (p,) on every row, all compact row-major: a linear
+    layer. The packed kernel adds the bias as it stores each tile of out, while the tile is in
+    cache; a separate pass would read and write all of out once more."""
+    cdef Array A = _arr("matmul_bias", "a", a)
+    cdef Array B = _arr("matmul_bias", "b", b)
+    cdef Array Bs = _arr("matmul_bias", "bias", bias)
+    cdef Array O = _arr("matmul_bias", "out", out)
+    m, n, p = _check_dims("matmul_bias", (("m", m), ("n", n), ("p", p)))
+    _check_matmul("matmul_bias", A, B, O, m, n, p)
+    check_size("matmul_bias", Bs, p, f"bias (p={p})")
+    cdef Py_ssize_t cm = m, cn = n, cp = p
+    cdef int nt = _team(2 * cm * cn * cp // MATMUL_FLOPS_PER_ELEMENT), err
+    with nogil:
+        err = _gemm_bias(A.data, B.data, Bs.data, O.data, cm, cn, cp, nt)
+    if err:
+        raise MemoryError("matmul_bias: cannot allocate packing buffers")
 
 
 cdef void _transpose_into(const float *src, float *dst, Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
@@ -331,7 +379,7 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
         elif cm * cn * cp > GEMM_SMALL and _direct_fits(cn, cp):
             err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
         elif cm * cn * cp > GEMM_SMALL and not tb:  # the packed kernel packs a transposed A as it is
-            err = _gemm_packed(kern, A.data, True, B.data, O.data, cm, cn, cp, nt)
+            err = _gemm_packed(kern, A.data, True, B.data, O.data, cm, cn, cp, nt, NULL)
         else:  # the packed kernel takes a row-major B: a transposed copy first
             if ta:
                 At = <float *>nk_aligned_alloc(cm * cn * sizeof(float))
