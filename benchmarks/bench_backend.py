@@ -126,6 +126,8 @@ def run_cpu(args):
         b.case(f"matmul {m}x{n}x{p} (small)", "GFLOP/s", 2.0 * m * n * p,
                lambda: np.matmul(A, B, out=C), lambda: cpu.matmul(a, bb, o, m, n, p), check)
 
+    lm_output_rows(cpu, b, rng)
+
     N = args.elements
     x = rng.standard_normal(N, dtype=np.float32)
     y = rng.standard_normal(N, dtype=np.float32)
@@ -162,6 +164,38 @@ def run_cpu(args):
     ndarray_rows(cpu, b, args, rng)
     beside_numpy(args)
     speedup(cpu, args, threads, rng)
+
+
+def lm_output_rows(cpu, b, rng):
+    """The Transformer row's output layer (512 positions, width 64, 10,000 words): its forward
+    (the bias added as the product is stored), its weight gradient x^T @ g (64 rows: a last,
+    partial panel of rows) and its input gradient g @ w^T, each against numpy's OpenBLAS."""
+    rows, width, words = 512, 64, 10000
+    X = rng.standard_normal((rows, width), dtype=np.float32)
+    W = rng.standard_normal((width, words), dtype=np.float32)
+    bias = rng.standard_normal(words, dtype=np.float32)
+    G = rng.standard_normal((rows, words), dtype=np.float32)
+    Y, DW, DX = (np.empty((rows, words), np.float32), np.empty((width, words), np.float32),
+                 np.empty((rows, width), np.float32))
+    x, w, bs, g = b.put(X), b.put(W), b.put(bias), b.put(G)
+    y, dw, dx = cpu.Array(rows * words), cpu.Array(width * words), cpu.Array(rows * width)
+    flops = 2.0 * rows * width * words
+
+    def check(out, shape, want):
+        np.testing.assert_allclose(cpu.to_numpy(out, shape, (shape[1], 1), 0), want, rtol=1e-3, atol=1e-2)
+
+    def np_forward():
+        np.add(np.matmul(X, W, out=Y), bias, out=Y)
+
+    b.case(f"linear {rows}x{width}x{words} + bias", "GFLOP/s", flops, np_forward,
+           lambda: cpu.matmul_bias(x, w, bs, y, rows, width, words),
+           lambda: check(y, (rows, words), X @ W + bias))
+    b.case(f"x^T @ g {width}x{rows}x{words}", "GFLOP/s", flops,
+           lambda: np.matmul(X.T, G, out=DW), lambda: cpu.matmul_t(x, g, dw, width, rows, words, True, False),
+           lambda: check(dw, (width, words), X.T @ G))
+    b.case(f"g @ w^T {rows}x{words}x{width}", "GFLOP/s", flops,
+           lambda: np.matmul(G, W.T, out=DX), lambda: cpu.matmul_t(g, w, dx, rows, words, width, False, True),
+           lambda: check(dx, (rows, width), G @ W.T))
 
 
 def conv_rows(b, nd, rng):
