@@ -264,17 +264,30 @@ NK_CLONES static void nk_ln_grad_row(const float *x, const float *dy, const floa
                                      float mean, float invstd, float *dx, ptrdiff_t n,
                                      double *restrict dw, double *restrict db)
 {
-    double a = 0.0, c = 0.0;
-    for (ptrdiff_t i = 0; i < n; i++) {
+    /* four partial sums of each row sum, as in nk_ln_row: one chain of float64 adds would
+     * wait out an add's latency per feature */
+    double a[4] = {0.0, 0.0, 0.0, 0.0}, c[4] = {0.0, 0.0, 0.0, 0.0};
+    ptrdiff_t i, n4 = n - n % 4;
+    for (i = 0; i < n4; i += 4)
+        for (int j = 0; j < 4; j++) {
+            float g = dy[i + j], xh = (x[i + j] - mean) * invstd, gw = g * w[i + j];
+            a[j] += gw;
+            c[j] += (double)gw * xh;
+            db[i + j] += g;
+            dw[i + j] += (double)g * xh;
+            dx[i + j] = gw;
+        }
+    for (; i < n; i++) {
         float g = dy[i], xh = (x[i] - mean) * invstd, gw = g * w[i];
-        a += gw;
-        c += (double)gw * xh;
+        a[0] += gw;
+        c[0] += (double)gw * xh;
         db[i] += g;
         dw[i] += (double)g * xh;
         dx[i] = gw;
     }
-    float am = (float)(a / (double)n), cm = (float)(c / (double)n);
-    for (ptrdiff_t i = 0; i < n; i++)
+    float am = (float)((a[0] + a[1] + a[2] + a[3]) / (double)n);
+    float cm = (float)((c[0] + c[1] + c[2] + c[3]) / (double)n);
+    for (i = 0; i < n; i++)
         dx[i] = invstd * ((dx[i] - am) - (x[i] - mean) * invstd * cm);
 }
 
