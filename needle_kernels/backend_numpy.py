@@ -16,7 +16,7 @@ signature differs from the NDArray module's are redefined here:
 import numpy
 
 from .fused_specs import NUMPY_MODE, in_numpy
-from .labels import one_hot_rows
+from .labels import class_indices, one_hot_rows, scatter_rows
 
 __device_name__ = "cpu"
 
@@ -197,6 +197,18 @@ def matmul_bias(x, w, bias):
         raise ValueError(f"matmul_bias: x, w and bias must be (m, n), (n, p) and of p elements, got shapes "
                          f"{numpy.shape(x)}, {numpy.shape(w)} and {numpy.shape(bias)}")
     return bias_add(x @ w, bias, in_place=True)
+
+
+def embedding_gather(weight, ids):
+    """The rows of weight (N, D) that ids (R,: integer-valued) name, (R, D)."""
+    return weight[class_indices(ids, numpy.shape(weight)[0], "embedding_gather")]
+
+
+def embedding_scatter(g, ids, num_rows):
+    """(num_rows, D): row n the sum of the rows of g (R, D) whose id is n."""
+    if numpy.ndim(g) != 2 or numpy.size(ids) != numpy.shape(g)[0]:
+        raise ValueError(f"embedding_scatter: {numpy.size(ids)} ids for g of shape {numpy.shape(g)}")
+    return scatter_rows(g, class_indices(ids, num_rows, "embedding_scatter").reshape(-1), num_rows)
 
 
 def relu_backward(g, x):

@@ -1,4 +1,4 @@
-"""Integer class labels: checked once, here, for every one-hot and cross-entropy kernel.
+"""Integer class labels: checked once, here, for every one-hot, cross-entropy and embedding kernel.
 
 ``one_hot_rows`` writes n-wide zero rows and one 1 per row: ``numpy.eye(n)[labels]``
 would first build the whole identity, 400 MB for a 10,000-word vocabulary, on
@@ -32,4 +32,30 @@ def one_hot_rows(n, labels, dtype="float32"):
     labels = class_indices(labels, n)
     out = numpy.zeros(labels.shape + (int(n),), dtype=dtype)
     out.reshape(-1, int(n))[numpy.arange(labels.size), labels.reshape(-1)] = 1
+    return out
+
+
+def scatter_rows(g, ids, num_rows):
+    """A numpy array (num_rows, D) whose row n is the sum of the rows g[r] (g: (R, D)) with
+    ids[r] == n (int64 ids (R,)): an embedding's gradient, one_hot(ids)^T @ g.
+
+    np.add.at works one element at a time: on rows sorted stably by id it gets only the repeats
+    of a batch of mostly distinct ids (words), after each id's first row, in the order it alone
+    would add them (each row's sum in the order of r, as the native kernels add); ids mostly
+    repeated (positions) are summed a run of rows at a time by reduceat (whose rounding may
+    differ in the last bit).
+    """
+    out = numpy.zeros((int(num_rows), g.shape[1]), dtype=g.dtype)
+    if ids.size:
+        order = numpy.argsort(ids, kind="stable")
+        ids, rows = ids[order], g[order]
+        first = numpy.ones(ids.size, dtype=bool)
+        first[1:] = ids[1:] != ids[:-1]
+        distinct = ids[first]
+        if 2 * distinct.size < ids.size:
+            out[distinct] = numpy.add.reduceat(rows, numpy.flatnonzero(first), axis=0)
+        else:
+            out[distinct] = rows[first]
+            if distinct.size < ids.size:
+                numpy.add.at(out, ids[~first], rows[~first])
     return out

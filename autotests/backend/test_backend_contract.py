@@ -29,7 +29,7 @@ TABLE = [
     "winograd_weight_grad", "softmax", "softmax_backward", "softmax_xent",
     "softmax_xent_grad", "batchnorm_stats", "batchnorm_fold", "batchnorm_apply", "batchnorm_backward", "layernorm", "layernorm_backward",
     "rmsnorm", "rmsnorm_backward", "lstm_cell", "lstm_cell_backward", "ewise_relu_backward", "ewise_tanh_backward", "ewise_sigmoid_backward", "bias_add", "matmul_t",
-    "matmul_bias",
+    "matmul_bias", "embedding_gather", "embedding_scatter",
     "conv_implicit", "conv_implicit_weight_grad",
 ]
 EWISE = ["ewise_add", "ewise_mul", "ewise_div", "ewise_maximum", "ewise_eq", "ewise_ge",
@@ -1105,3 +1105,37 @@ def test_lstm_cell(backend, ref, rows, hidden, scale, seed):
     for k, (a, b, truth) in enumerate(zip(*results, _lstm_float64(z, c0, dh, dc))):
         close(a, b, rtol=1e-5, atol=1e-6 * (grad_scale if k >= 2 else 1.0))
         close(b, truth.ravel(), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- embeddings
+
+def _embedding_case(backend, ref, num_rows, rows, dim, ids, seed):
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((num_rows, dim)).astype(np.float32)
+    g = rng.standard_normal((rows, dim)).astype(np.float32)
+    fids = np.asarray(ids, dtype=np.float32)
+    got, want = both(backend, ref, "embedding_gather", [table, fids], rows * dim, num_rows, rows, dim)
+    close(got, want)
+    close(want.reshape(rows, dim), table[np.asarray(ids, dtype=np.int64)])
+    got, want = both(backend, ref, "embedding_scatter", [g, fids], num_rows * dim, num_rows, rows, dim)
+    expect = np.zeros((num_rows, dim))
+    np.add.at(expect, np.asarray(ids, dtype=np.int64), g.astype(np.float64))
+    close(got, want, rtol=1e-5, atol=1e-5)
+    close(want.reshape(num_rows, dim), expect, rtol=1e-5, atol=1e-5)
+
+
+@given_settings
+@given(st.integers(1, 20), st.integers(1, 40), st.data(), st.integers(0, 2**32 - 1))
+def test_embedding(backend, ref, num_rows, dim, data, seed):
+    """Gather and scatter against the reference and numpy, ids repeated or not, rows of any width."""
+    ids = data.draw(st.lists(st.integers(0, num_rows - 1), max_size=40))
+    _embedding_case(backend, ref, num_rows, len(ids), dim, ids, seed)
+
+
+@pytest.mark.parametrize("num_rows, rows, dim, repeat", [(10000, 512, 64, False), (32, 512, 64, True),
+                                                         (50, 1000, 3, True), (7, 0, 5, False)])
+def test_embedding_large(backend, ref, num_rows, rows, dim, repeat):
+    """A language model's batch of words (mostly distinct), of positions (each repeated 16 times),
+    rows narrower than a thread's share of columns, and no rows at all."""
+    ids = (np.arange(rows) // 16 % num_rows) if repeat else np.random.default_rng(rows).integers(0, num_rows, rows)
+    _embedding_case(backend, ref, num_rows, rows, dim, ids, num_rows + rows)

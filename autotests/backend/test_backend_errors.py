@@ -410,6 +410,31 @@ def test_matmul_bias_bad_sizes(backend, ref, sizes, dims):
     raises_like_reference(backend, ref, "matmul_bias", lambda m: arrays(m, *sizes) + list(dims))
 
 
+@pytest.mark.parametrize("fn", ["embedding_gather", "embedding_scatter"])
+@pytest.mark.parametrize("bad", [-1.0, 10.0, 2.5, float("nan")])
+def test_embedding_bad_ids(backend, ref, fn, bad):
+    def args(m):
+        table, ids = m.Array(40), m.Array(3)
+        m.from_numpy(np.array([1, bad, 0], np.float32), ids)
+        return ([table, ids, m.Array(12)] if fn == "embedding_gather" else [m.Array(12), ids, table]) + [10, 3, 4]
+    message = raises_like_reference(backend, ref, fn, args)
+    assert fn in message and "[0, 10)" in message
+
+
+@pytest.mark.parametrize("fn", ["embedding_gather", "embedding_scatter"])
+@pytest.mark.parametrize("sizes, dims", [
+    ((40, 3, 11), (10, 3, 4)),   # the picked rows have 11 elements, not 3 * 4
+    ((39, 3, 12), (10, 3, 4)),   # the table has 39, not 10 * 4
+    ((40, 2, 12), (10, 3, 4)),   # 2 ids for 3 rows
+    ((0, 0, 0), (0, 0, 0)),      # no width
+])
+def test_embedding_bad_sizes(backend, ref, fn, sizes, dims):
+    table, ids, picked = sizes
+    order = (table, ids, picked) if fn == "embedding_gather" else (picked, ids, table)
+    message = raises_like_reference(backend, ref, fn, lambda m: arrays(m, *order) + list(dims))
+    assert fn in message
+
+
 @pytest.mark.parametrize("fn, sizes, dims", [
     ("lstm_cell", (23, 6, 6, 6), (2, 3)),                  # gates have 23 elements, not 2 * 4 * 3
     ("lstm_cell", (24, 6, 5, 6), (2, 3)),                  # h too small

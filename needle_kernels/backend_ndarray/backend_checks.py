@@ -238,6 +238,17 @@ def check_softmax(name, rows, cols, **arrays):
         check_size(name, arr, rows * cols, f"{what} (rows={rows}, cols={cols})")
 
 
+def check_embedding(name, num_rows, rows, dim, table, ids, picked):
+    """Sizes of an embedding kernel call: ``table`` (num_rows, dim), ``ids`` (rows,), ``picked``
+    (rows, dim), the rows the ids name (gathered, or the adjoints scattered into the table)."""
+    if num_rows < 0 or rows < 0 or dim < 1:
+        raise ValueError(f"{name}: need num_rows >= 0, rows >= 0 and dim >= 1, got num_rows={num_rows}, "
+                         f"rows={rows}, dim={dim}")
+    check_size(name, table, num_rows * dim, f"the table (num_rows={num_rows}, dim={dim})")
+    check_size(name, ids, rows, f"ids (rows={rows})")
+    check_size(name, picked, rows * dim, f"the rows (rows={rows}, dim={dim})")
+
+
 def check_labels(name, values, cols):
     """The labels (float32 ids, as an Array holds them) as int64 indices; ValueError for any that is
     not an integer in [0, cols), since the kernels index with them."""

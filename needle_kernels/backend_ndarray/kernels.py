@@ -35,7 +35,7 @@ def _flag(op):
 
 # Families, in the order of the contract. The element-wise ones share one argument list each.
 FAMILIES = ("buffer", "strided", "ewise", "scalar", "unary", "matmul", "reduce", "optim", "conv",
-            "softmax", "norm", "lstm", "bias")
+            "softmax", "norm", "lstm", "bias", "embedding")
 _EWISE, _SCALAR, _UNARY = "a, b, out", "a, val, out", "a, out"
 
 REGISTRY = (
@@ -138,6 +138,11 @@ REGISTRY = (
            False, cuda="conv.cu", function="conv_implicit"),
     Kernel("conv_implicit_weight_grad", "conv", "a, shape, strides, offset, g, out, k, s, pad_h, pad_w, ho, wo, c_out",
            False, cuda="conv.cu", function="conv_implicit_weight_grad"),
+    # ---- embeddings: rows of a table picked by integer ids (as floats), and the adjoint
+    Kernel("embedding_gather", "embedding", "weight, ids, out, num_rows, rows, dim", False,
+           function="embedding_gather"),
+    Kernel("embedding_scatter", "embedding", "g, ids, out, num_rows, rows, dim", False,
+           function="embedding_scatter"),
 )
 
 BY_NAME = {k.name: k for k in REGISTRY}

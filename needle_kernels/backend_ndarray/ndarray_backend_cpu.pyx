@@ -40,6 +40,7 @@ from .backend_checks import (
     check_batchnorm,
     check_layernorm,
     check_bias_add,
+    check_embedding,
     check_lstm,
     check_matmul as _check_matmul,
     check_optim as _check_optim,
@@ -239,6 +240,7 @@ include "cpu/optim.pxi"
 include "cpu/conv.pxi"
 include "cpu/norm.pxi"
 include "cpu/lstm.pxi"
+include "cpu/embedding.pxi"
 
 # The kernel and cache blocks for this CPU (cpu_tuning.py); numpy's OpenBLAS on this module's
 # threads, and one thread in a forked child (blas_sharing.py).

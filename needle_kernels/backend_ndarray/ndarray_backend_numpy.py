@@ -26,6 +26,7 @@ from .backend_checks import (
     check_bias_add,
     check_col2im,
     check_conv_implicit,
+    check_embedding,
     check_labels,
     check_layernorm,
     check_lstm,
@@ -49,6 +50,7 @@ from .backend_checks import (
 )
 from .. import fused_specs
 from ..fused_specs import NUMPY
+from ..labels import scatter_rows
 from .memory_counter import MemoryCounter
 
 __device_name__ = "cpu_numpy"
@@ -212,6 +214,22 @@ def matmul_bias(a, b, bias, out, m, n, p):
     _check_matmul("matmul_bias", a, b, out, m, n, p)
     check_size("matmul_bias", bias, p, f"bias (p={p})")
     out.array[:] = (a.array.reshape(m, n) @ b.array.reshape(n, p) + bias.array).ravel()
+
+
+def embedding_gather(weight, ids, out, num_rows, rows, dim):
+    """out (rows, dim) = the rows of weight (num_rows, dim) that ids (rows integer-valued floats,
+    each in [0, num_rows)) name: an embedding's lookup (an extension)."""
+    check_embedding("embedding_gather", num_rows, rows, dim, weight, ids, out)
+    idx = check_labels("embedding_gather", ids.array, num_rows)
+    out.array[:] = weight.array.reshape(num_rows, dim)[idx].ravel()
+
+
+def embedding_scatter(g, ids, out, num_rows, rows, dim):
+    """out (num_rows, dim) = one_hot(ids)^T @ g: row n the sum of the rows of g (rows, dim) whose
+    id is n, 0 for an id no row has; an embedding's gradient (an extension)."""
+    check_embedding("embedding_scatter", num_rows, rows, dim, out, ids, g)
+    idx = check_labels("embedding_scatter", ids.array, num_rows)
+    out.array[:] = scatter_rows(g.array.reshape(rows, dim), idx, num_rows).ravel()
 
 
 def matmul_batched(a, b, out, batch, m, n, p):

@@ -10,7 +10,7 @@ Shapes and devices are checked here; sizes again by the backend (see
 import numpy as np
 
 from .. import fused_specs
-from ..labels import one_hot_rows
+from ..labels import class_indices, one_hot_rows, scatter_rows
 from .kernels import FUSED_FUNCTIONS
 from .ndarray import NDArray
 from .ndarray_functions import stack
@@ -540,6 +540,45 @@ def tanh_backward(g, y):
 def sigmoid_backward(g, y):
     """g * y * (1 - y): sigmoid's adjoint for out_grad g at its output y, in one kernel."""
     return _activation_adjoint("sigmoid_backward", g, y, lambda: g * y * (1.0 - y))
+
+
+def _embedding_ids(name, ids, device):
+    if not isinstance(ids, NDArray) or ids.ndim != 1 or ids._device != device:
+        raise ValueError(f"{name}: ids must be a 1-D NDArray on {device}, got shape {getattr(ids, 'shape', None)} "
+                         f"on {getattr(ids, 'device', None)}")
+    return ids.compact()
+
+
+def embedding_gather(weight, ids):
+    """The rows of weight (N, D) that ids (R,: integer-valued) name, (R, D): an embedding's
+    lookup, in one kernel (on a device without it, through the host)."""
+    if not isinstance(weight, NDArray) or weight.ndim != 2:
+        raise ValueError(f"embedding_gather: weight must be an NDArray (N, D), got shape {getattr(weight, 'shape', None)}")
+    ids = _embedding_ids("embedding_gather", ids, weight._device)
+    (n, d), r = weight.shape, ids.shape[0]
+    if not _has_kernel(weight._device, "embedding_gather"):
+        rows = np.asarray(weight)[class_indices(np.asarray(ids), n, "embedding_gather")]
+        return NDArray(rows, device=weight._device)
+    out = NDArray._new((r, d), weight._device)
+    weight._device.embedding_gather(weight.compact()._handle, ids._handle, out._handle, n, r, d)
+    return out
+
+
+def embedding_scatter(g, ids, num_rows):
+    """(num_rows, D): row n the sum of the rows of g (R, D) whose id is n (one_hot(ids)^T @ g,
+    the adjoint of embedding_gather), in one kernel (on a device without it, through the host)."""
+    if not isinstance(g, NDArray) or g.ndim != 2:
+        raise ValueError(f"embedding_scatter: g must be an NDArray (R, D), got shape {getattr(g, 'shape', None)}")
+    ids = _embedding_ids("embedding_scatter", ids, g._device)
+    if ids.shape[0] != g.shape[0]:
+        raise ValueError(f"embedding_scatter: {ids.shape[0]} ids for {g.shape[0]} rows of g")
+    r, d = g.shape
+    if not _has_kernel(g._device, "embedding_scatter"):
+        idx = class_indices(np.asarray(ids), num_rows, "embedding_scatter")
+        return NDArray(scatter_rows(np.asarray(g), idx, num_rows), device=g._device)
+    out = NDArray._new((int(num_rows), d), g._device)
+    g._device.embedding_scatter(g.compact()._handle, ids._handle, out._handle, num_rows, r, d)
+    return out
 
 
 def matmul_bias(x, w, bias):

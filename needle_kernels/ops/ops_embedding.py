@@ -14,14 +14,10 @@ from ..backend_selection import array_api, device_of
 __all__ = ["EmbeddingGather", "EmbeddingScatter", "EmbeddingLookup", "embedding_lookup"]
 
 
-def _host(a):
-    # a numpy array as is; an NDArray converts itself (__array__)
-    return np.asarray(a)
-
-
-def _like(x, a):
-    """The numpy array x as an array of the same kind and device as a."""
-    return array_api.array(np.ascontiguousarray(x), dtype=a.dtype, device=device_of(a))
+def _ids_like(ids, a):
+    """The int64 ids (numpy) as an array of a's kind and device: integer-valued float32, as every
+    array holds numbers (exact below 2**24 rows)."""
+    return array_api.array(ids.astype(np.float32), dtype=a.dtype, device=device_of(a))
 
 
 class EmbeddingGather(TensorOp):
@@ -37,7 +33,7 @@ class EmbeddingGather(TensorOp):
         self.ids = ids
 
     def compute(self, weight):
-        return _like(_host(weight)[self.ids], weight)
+        return array_api.embedding_gather(weight, _ids_like(self.ids, weight))
 
     def gradient(self, out_grad, node):
         return EmbeddingScatter(self.ids, node.inputs[0].shape[0])(out_grad)
@@ -50,25 +46,7 @@ class EmbeddingScatter(TensorOp):
         self.ids, self.num_rows = ids, num_rows
 
     def compute(self, g):
-        host = _host(g)
-        out = np.zeros((self.num_rows, host.shape[1]), dtype=host.dtype)
-        if self.ids.size:
-            # np.add.at works one element at a time: on rows sorted stably by id it gets only the
-            # repeats of a batch of mostly distinct ids (words), after each id's first row, in the
-            # order it alone would add them; ids mostly repeated (positions) are summed a run of
-            # rows at a time by reduceat (whose rounding may differ in the last bit)
-            order = np.argsort(self.ids, kind="stable")
-            ids, rows = self.ids[order], host[order]
-            first = np.ones(ids.size, dtype=bool)
-            first[1:] = ids[1:] != ids[:-1]
-            distinct = ids[first]
-            if 2 * distinct.size < ids.size:
-                out[distinct] = np.add.reduceat(rows, np.flatnonzero(first), axis=0)
-            else:
-                out[distinct] = rows[first]
-                if distinct.size < ids.size:
-                    np.add.at(out, ids[~first], rows[~first])
-        return _like(out, g)
+        return array_api.embedding_scatter(g, _ids_like(self.ids, g), self.num_rows)
 
     def gradient(self, out_grad, node):
         return EmbeddingGather(self.ids)(out_grad)
@@ -81,9 +59,8 @@ class EmbeddingLookup(TensorOp):
     """
 
     def compute(self, weight, ids):
-        idx = np.asarray(ids).astype(np.int64)
-        rows = np.asarray(weight)[idx.reshape(-1)]
-        return _like(rows.reshape(idx.shape + (weight.shape[1],)), weight)
+        rows = array_api.embedding_gather(weight, array_api.reshape(ids, (ids.size,)))
+        return array_api.reshape(rows, tuple(ids.shape) + (weight.shape[1],))
 
     def gradient(self, out_grad, node):
         weight, ids = node.inputs
