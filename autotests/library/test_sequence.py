@@ -539,3 +539,11 @@ def test_fused_lstm_cell_says_it_is_differentiable_once():
         grads[0].sum().backward()
     with pytest.raises(ValueError, match="4 \\* hidden"):
         ndl.ops.lstm_cell(ndl.Tensor(np.zeros((2, 7), np.float32)), c0)
+
+
+def test_embedding_ids_beyond_float32_are_refused():
+    """Ids travel to the kernels as float32, exact up to 2**24: a bigger one is an error, never
+    a neighbouring row."""
+    g = _t(np.ones((1, 2)))
+    with pytest.raises(ValueError, match=r"2\*\*24"):
+        nn.EmbeddingScatter(np.array([2**24 + 1]), 2**24 + 2)(g)

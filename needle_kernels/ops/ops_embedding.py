@@ -16,7 +16,9 @@ __all__ = ["EmbeddingGather", "EmbeddingScatter", "EmbeddingLookup", "embedding_
 
 def _ids_like(ids, a):
     """The int64 ids (numpy) as an array of a's kind and device: integer-valued float32, as every
-    array holds numbers (exact below 2**24 rows)."""
+    array holds numbers, which holds every integer up to 2**24 exactly."""
+    if ids.size and ids.max() > 2**24:
+        raise ValueError(f"embedding: id {ids.max()} is beyond 2**24, which float32 ids cannot hold exactly")
     return array_api.array(ids.astype(np.float32), dtype=a.dtype, device=device_of(a))
 
 
