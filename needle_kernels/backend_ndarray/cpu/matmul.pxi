@@ -221,7 +221,7 @@ cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C,
         # the packed kernel adds the bias as it stores each tile of C
         return _gemm_packed(kern, A, False, B, C, m, n, p, nt, bias)
     if bias != NULL and err == 0:
-        _bias_rows(C, bias, m, p, nt)
+        _bias_rows(C, bias, C, m, p, nt)
     return err
 
 
@@ -230,14 +230,16 @@ cdef inline const float *_columns(const float *bias, Py_ssize_t j) noexcept nogi
     return bias + j if bias != NULL else NULL
 
 
-cdef void _bias_rows(float *C, const float *bias, Py_ssize_t m, Py_ssize_t p, int nt) noexcept nogil:
-    """C[i, :] += bias for every row, the rows split among nt threads."""
+cdef void _bias_rows(const float *a, const float *bias, float *out, Py_ssize_t m, Py_ssize_t p,
+                     int nt) noexcept nogil:
+    """out[i, :] = a[i, :] + bias for every row (out may be a), the rows split among nt threads
+    (bias_add's loop too)."""
     cdef Py_ssize_t step = _chunks(m, nt, 1)
     cdef int t
     for t in prange(nt, num_threads=nt, schedule="static"):
         nk_note_thread(threadid())
         if t * step < m:
-            nk_bias_add_rows(C + t * step * p, bias, C + t * step * p, min(step, m - t * step), p)
+            nk_bias_add_rows(a + t * step * p, bias, out + t * step * p, min(step, m - t * step), p)
 
 
 cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,

@@ -125,16 +125,12 @@ def bias_add(a, bias, out, rows, cols):
     cdef Array Bs = _arr("bias_add", "bias", bias)
     cdef Array O = _arr("bias_add", "out", out)
     rows, cols = _check_dims("bias_add", (("rows", rows), ("cols", cols)))
-    cdef Py_ssize_t cr = rows, cc = cols, t, step
+    cdef Py_ssize_t cr = rows, cc = cols
     if not (cc >= 1 and A.size == cr * cc and O.size == cr * cc and Bs.size == cc):
         check_bias_add("bias_add", rows, cols, A, Bs, O)
     cdef int nt = _team(cr * cc)
-    step = _chunks(cr, nt, 1)
     with nogil:
-        for t in prange(nt, num_threads=nt, schedule="static"):
-            nk_note_thread(threadid())
-            if t * step < cr:
-                nk_bias_add_rows(A.data + t * step * cc, Bs.data, O.data + t * step * cc, min(step, cr - t * step), cc)
+        _bias_rows(A.data, Bs.data, O.data, cr, cc, nt)
 
 
 def batchnorm_apply(x, scale, shift, out, rows, cols, relu=False):
