@@ -5,9 +5,12 @@
     python benchmarks/bench_blocking.py --sizes 1024 --kc 192,256,384 --mc 96,192
 
 Prints the machine, the row cpu_tuning picked and, per (kc, mc), GFLOP/s at each size
-(best of --repeats calls) and their geometric mean; the best pair last. Then the band
-width of products with few rows (64 x n x n: a batch times a wide layer). On a shared
-machine run it more than once: only a pair that wins every run is worth a row.
+(best of --repeats calls) and their geometric mean; the best pair last (every size through
+the packed kernel). Then the band width of products with few rows (64 x n x n: a batch
+times a wide layer), and the direct kernel, reading B in place, against the packed one
+by rows of A (m x 256 x 256: a row's direct_rows is the fewest rows from which the packed
+one wins). On a shared
+machine run it more than once: only a choice that wins every run is worth a row.
 """
 import argparse
 import os
@@ -47,6 +50,8 @@ def main(argv=None):
     p.add_argument("--kc", type=ints, default=[128, 192, 256, 384, 512])
     p.add_argument("--mc", type=ints, default=[96, 192, 288, 384])
     p.add_argument("--band", type=ints, default=[256, 512, 1024, 2048])
+    p.add_argument("--rows", type=ints, default=[64, 128, 256, 384, 512, 1024],
+                   help="rows of A for the direct kernel against the packed one")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
 
@@ -60,6 +65,7 @@ def main(argv=None):
           f"(kc {tuned['kc']}, mc {tuned['mc']}, band {tuned['band']})")
     print(f"{'kc':>5} {'mc':>5} " + " ".join(f"{n:>8}" for n in args.sizes) + f" {'geomean':>8}")
     results = []
+    direct_limit, direct_rows = cpu.set_gemm_direct_limit(0), cpu.set_gemm_direct_rows(0)
     try:
         for kc in args.kc:
             for mc in args.mc:
@@ -76,8 +82,20 @@ def main(argv=None):
         for band in args.band:
             cpu.set_gemm_blocking(tuned["kc"], tuned["mc"], band)
             print(f"band {band:>5}: {rate(cpu, 64, n, n, args.repeats):8.1f}", flush=True)
+        cpu.set_gemm_blocking(**tuned)
+
+        print(f"\ndirect kernel (B read in place) or packed, m x 256 x 256, GFLOP/s; this row's "
+              f"direct_rows: {cpu_tuning.applied()['direct_rows'] or 'none'}")
+        for m in args.rows:
+            cpu.set_gemm_direct_limit(direct_limit)
+            direct = rate(cpu, m, 256, 256, args.repeats)
+            cpu.set_gemm_direct_limit(0)
+            packed = rate(cpu, m, 256, 256, args.repeats)
+            print(f"rows {m:>5}: direct {direct:8.1f}  packed {packed:8.1f}", flush=True)
     finally:
         cpu.set_gemm_blocking(**tuned)
+        cpu.set_gemm_direct_limit(direct_limit)
+        cpu.set_gemm_direct_rows(direct_rows)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,18 @@ def test_the_convolution_blocks_follow_the_caches():
     assert conv("AMD Zen 3") == (zen4[0] // 2, zen4[1])
 
 
+def test_the_direct_kernel_reads_in_place_at_most_an_l2_of_b():
+    # Zen 4's 1 MB L2 keeps the limit its products were measured with; Zen 3's 512 KB halves it
+    # (a 512 x 512 B then goes through the packed kernel); a bigger L2 than any measured keeps it
+    def direct(family):
+        *_, l1, l2 = SAMPLES[family]
+        return cpu_tuning.blocks_for_caches({"L1d": l1, "L2": l2}, nr=16)["direct"]
+
+    assert direct("AMD Zen 4") == cpu_tuning.DEFAULT_BLOCKS["direct"] == 1 << 18
+    assert direct("AMD Zen 3") == 1 << 17 < 512 * 512
+    assert direct("Intel Sapphire/Emerald/Granite Rapids") == 1 << 18
+
+
 def test_caches_read_from_sysfs(tmp_path):
     for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
                                                  ("2", "Unified", "2048K"), ("3", "Unified", "105M")]):
@@ -131,6 +143,8 @@ def test_products_under_each_row_with_every_kernel(cpu, restore, family):
     assert applied["family"] == family
     blocks = cpu.gemm_blocking()
     assert blocks == {k: applied[k] for k in ("kc", "mc", "band")}
+    assert cpu.set_gemm_direct_limit(0) == applied["direct"]  # and the packed kernel for every shape
+    assert cpu.set_gemm_direct_rows(0) == applied["direct_rows"] == cpu_tuning.tuning_named(family).direct_rows
     rng = np.random.default_rng(len(family))
     kc, mc, band = blocks["kc"], blocks["mc"], blocks["band"]
     shapes = [(mc + 13, kc + 7, 100), (2 * mc + 5, 2 * kc + 1, 45), (37, kc + 3, 2 * band + 17), (5, 3, 7)]

@@ -161,6 +161,33 @@ def test_gemm_direct_limit_is_checked(cpu):
         cpu.set_gemm_direct_limit(-1)
 
 
+@pytest.mark.parametrize("m, p", [(47, 100), (48, 100), (48, 64), (300, 65), (16, 400)])
+def test_products_on_either_side_of_the_direct_row_limit(cpu, m, p):
+    """Under a row limit of 48 (Zen 3's row has one), a product of 48 rows or more and more than
+    64 columns takes the packed kernel, the others read B in place: each is right, with each
+    operand given as itself or as its transpose's rows."""
+    rng = np.random.default_rng(m + p)
+    n = 70
+    a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
+    old = cpu.set_gemm_direct_rows(48)
+    try:
+        for ta, tb in ((False, False), (True, False), (False, True)):
+            out = cpu.Array(m * p)
+            cpu.fill(out, np.nan)
+            cpu.matmul_t(put(cpu, np.ascontiguousarray(a.T) if ta else a),
+                         put(cpu, np.ascontiguousarray(b.T) if tb else b), out, m, n, p, ta, tb)
+            np.testing.assert_allclose(get(cpu, out).reshape(m, p), a @ b, rtol=1e-4, atol=1e-4 * n**0.5,
+                                       err_msg=f"transposed {ta, tb}")
+    finally:
+        assert cpu.set_gemm_direct_rows(old) == 48
+
+
+@pytest.mark.parametrize("bad, match", [(-1, "rows must be >= 0"), (2.5, "rows")])
+def test_gemm_direct_rows_is_checked(cpu, bad, match):
+    with pytest.raises(ValueError, match=match):
+        cpu.set_gemm_direct_rows(bad)
+
+
 @pytest.mark.parametrize("fn", ["ewise_exp", "ewise_log", "ewise_tanh", "reduce_max"])
 @pytest.mark.parametrize("n", [1, 15, 17, 1000, 70001])
 def test_every_isa_for_exp_log_tanh_max(cpu, fn, n):

@@ -9,12 +9,13 @@ choice is a table keyed by what the CPU reports (vendor, family, model, from
 an unknown CPU gets the portable default, the widest kernel it can run.
 
 Matmul blocks are measured where a row says so (``benchmarks/bench_blocking.py`` prints the
-grid to measure them on a new CPU); elsewhere they follow the caches the CPU reports
+grid to measure them on a new CPU), as is, on Zen 3, from how many rows of A the packed
+kernel beats the direct one even where B is small enough to read in place; elsewhere they follow the caches the CPU reports
 (``/sys/devices/system/cpu/cpu0/cache``) by the rule that gives the measured Zen 4
-blocks from Zen 4's caches (:func:`blocks_for_caches`), as the convolutions' blocks (a
-block of Winograd tiles, of conv_implicit's windows) do on every CPU; the LSTM step and
-the exp/log/tanh it runs on take the row's kernel's vector width. ``NEEDLE_CPU_TUNING``
-names a row's family (or ``portable``) to force it.
+blocks from Zen 4's caches (:func:`blocks_for_caches`), as the direct kernel's limit on B
+and the convolutions' blocks (a block of Winograd tiles, of conv_implicit's windows) do on
+every CPU; the LSTM step and the exp/log/tanh it runs on take the row's kernel's vector
+width. ``NEEDLE_CPU_TUNING`` names a row's family (or ``portable``) to force it.
 """
 import dataclasses
 import os
@@ -28,6 +29,7 @@ class Tuning:
     kc: int = 0  # the matmul's cache blocks; 0: from the caches the CPU reports (as the convolutions' always are)
     mc: int = 0
     band: int = 0
+    direct_rows: int = 0  # from this many rows of A the packed kernel, not B read in place (0: any rows)
     source: str = "the caches the CPU reports"
 
 
@@ -37,7 +39,8 @@ TABLE = (
      Tuning("AMD Zen 4", "avx512", kc=256, mc=192, band=512,
             source="measured on an AMD EPYC (Zen 4) with benchmarks/bench_blocking.py")),
     ("AuthenticAMD", 0x1A, None, Tuning("AMD Zen 5", "avx512")),
-    ("AuthenticAMD", 0x19, None, Tuning("AMD Zen 3", "avx2")),
+    ("AuthenticAMD", 0x19, None, Tuning("AMD Zen 3", "avx2", kc=256, mc=192, band=512, direct_rows=384,
+                                        source="measured on an AMD EPYC (Zen 3) with benchmarks/bench_blocking.py")),
     ("AuthenticAMD", 0x17, None, Tuning("AMD Zen 1/2", "avx2")),
     ("GenuineIntel", 6, {0x8F, 0xCF, 0xAD, 0xAE}, Tuning("Intel Sapphire/Emerald/Granite Rapids", "avx512")),
     ("GenuineIntel", 6, {0x6A, 0x6C, 0x7D, 0x7E, 0x8C, 0x8D}, Tuning("Intel Ice Lake/Tiger Lake", "avx512")),
@@ -53,7 +56,7 @@ KERNELS = ("avx512", "avx2", "generic")
 
 # What a CPU that reports no caches is blocked for (those of the Zen 4 row, and the
 # convolutions' blocks chosen with bench_backend.py's conv rows on that CPU).
-DEFAULT_BLOCKS = {"kc": 256, "mc": 192, "band": 512, "winograd": 1 << 17, "implicit": 1 << 14}
+DEFAULT_BLOCKS = {"kc": 256, "mc": 192, "band": 512, "direct": 1 << 18, "winograd": 1 << 17, "implicit": 1 << 14}
 
 
 def read_cpu(cpuinfo="/proc/cpuinfo"):
@@ -109,18 +112,22 @@ def read_caches(root="/sys/devices/system/cpu/cpu0/cache"):
 def blocks_for_caches(caches, nr):
     """Cache blocks from a core's L1d and L2 for a kernel nr floats wide. The matmul's: one
     kc x nr panel of B fills L1d, an mc x kc block of A about a fifth of L2, a column band of B
-    about half of it. The convolutions': a block of Winograd tiles with their products half of
-    L2, a block of conv_implicit's windows two L1d's worth. Zen 4's 32 KB and 1 MB give the
-    blocks chosen on it (DEFAULT_BLOCKS) with nr = 32."""
+    about half of it; the most floats of B the direct kernel reads in place, an L2's worth, at
+    most Zen 4's (a B that has left L2 is read again from L3 for every block of rows, down
+    columns whose lines the packed kernel would have read once: on Zen 3's 512 KB L2 a 512 x 512
+    B ran at two thirds of the packed kernel's speed). The convolutions': a block of Winograd
+    tiles with their products half of L2, a block of conv_implicit's windows two L1d's worth.
+    Zen 4's 32 KB and 1 MB give the blocks chosen on it (DEFAULT_BLOCKS) with nr = 32."""
     if "L1d" not in caches or "L2" not in caches:
         return dict(DEFAULT_BLOCKS)
     l1, l2 = caches["L1d"], caches["L2"]
     kc = max(64, min(1024, l1 // (4 * nr) // 16 * 16))
     mc = max(48, min(1024, l2 // 5 // (4 * kc) // 48 * 48))
     band = max(128, min(4096, l2 // 2 // (4 * kc) // 64 * 64))
+    direct = max(1 << 14, min(DEFAULT_BLOCKS["direct"], l2 // 4))
     winograd = max(1 << 12, min(1 << 22, l2 // 2 // 4))
     implicit = max(1 << 10, min(1 << 18, 2 * l1 // 4))
-    return {"kc": kc, "mc": mc, "band": band, "winograd": winograd, "implicit": implicit}
+    return {"kc": kc, "mc": mc, "band": band, "direct": direct, "winograd": winograd, "implicit": implicit}
 
 
 def tuning_for(cpu):
@@ -167,9 +174,12 @@ def apply(cpu_module, tuning=None, caches=None):
     if tuning.kc:
         blocks.update(kc=tuning.kc, mc=tuning.mc, band=tuning.band)
     cpu_module.set_gemm_blocking(blocks["kc"], blocks["mc"], blocks["band"])
+    cpu_module.set_gemm_direct_limit(blocks["direct"])
+    cpu_module.set_gemm_direct_rows(tuning.direct_rows)
     cpu_module.set_conv_blocking(blocks["winograd"], blocks["implicit"])
     global _applied
-    _applied = {"family": tuning.family, "kernel": kernel, **blocks, "source": tuning.source}
+    _applied = {"family": tuning.family, "kernel": kernel, **blocks, "direct_rows": tuning.direct_rows,
+                "source": tuning.source}
     return dict(_applied)
 
 

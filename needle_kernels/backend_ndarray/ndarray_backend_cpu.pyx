@@ -198,6 +198,9 @@ cdef enum:
     # contiguously instead of striding through a B that has left the cache.
     GEMM_DIRECT_COLS = 512
     GEMM_DIRECT_PACK_ROWS = 64
+    # A product at most this many columns wide reads B in place whatever the rows of A (see
+    # set_gemm_direct_rows): a convolution's im2col product with 64 output channels.
+    GEMM_DIRECT_NARROW = 64
     # A product this deep or deeper, with a transposed A of fewer than GEMM_DIRECT_PACK_ROWS
     # rows (a weight gradient X^T @ dY over a whole batch of pixels), splits its depth among
     # the threads, each summing its share into its own copy of the small output: splitting
@@ -213,6 +216,7 @@ cdef enum:
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())
 cdef Py_ssize_t _direct_b = GEMM_DIRECT_B
+cdef Py_ssize_t _direct_rows = 0
 cdef int _gemm_index = nk_gemm_best()
 # The packed matmul's cache blocks (set_gemm_blocking; cpu_tuning.py picks them per CPU): KC, the
 # depth of a packed slice; MC, the most rows of A packed at once; the width of a column band of

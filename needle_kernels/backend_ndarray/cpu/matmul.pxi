@@ -181,10 +181,11 @@ cdef int _gemm_direct_ksplit(const nk_gemm_kernel *kern, const float *A, Py_ssiz
     return -1 if err else 0
 
 
-cdef inline bint _direct_fits(Py_ssize_t n, Py_ssize_t p) noexcept nogil:
+cdef inline bint _direct_fits(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p) noexcept nogil:
     # (rows of B a multiple of 4 KB apart fall on the same cache sets when read in place:
     # 2048 x 256 @ 256 x 1024 ran at 0.7x the packed kernel's speed)
-    return _direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS)
+    return (_direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS)
+            and (_direct_rows == 0 or m < _direct_rows or p <= GEMM_DIRECT_NARROW))
 
 
 cdef inline int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
@@ -215,7 +216,7 @@ cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C,
         memset(C, 0, m * p * sizeof(float))
     elif m * n * p <= GEMM_SMALL:
         _gemm_small(A, B, C, m, n, p)
-    elif _direct_fits(n, p):
+    elif _direct_fits(m, n, p):
         err = _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
     else:
         # the packed kernel adds the bias as it stores each tile of C
@@ -378,7 +379,7 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
         elif (ta and not tb and nt > 1 and cm < GEMM_DIRECT_PACK_ROWS and cn >= GEMM_KSPLIT_DEPTH
               and cn >= 2 * (cm + cp) and _direct_b > 0):
             err = _gemm_direct_ksplit(kern, A.data, 1, cm, B.data, O.data, cm, cn, cp, nt)
-        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cn, cp):
+        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cm, cn, cp):
             err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
         elif cm * cn * cp > GEMM_SMALL and not tb:  # the packed kernel packs a transposed A as it is
             err = _gemm_packed(kern, A.data, True, B.data, O.data, cm, cn, cp, nt, NULL)

@@ -81,6 +81,19 @@ def set_gemm_direct_limit(floats):
     return old
 
 
+def set_gemm_direct_rows(rows):
+    """From how many rows of A a product wider than GEMM_DIRECT_NARROW columns goes through the
+    packed kernel even where B is small enough to read in place (0, the default: whatever the
+    rows); returns the previous value. Where the strided walk down B's columns refills L1 from
+    L2 at every k, enough rows repay packing B once (cpu_tuning.py sets it per CPU family)."""
+    global _direct_rows
+    rows = _int("set_gemm_direct_rows", "rows", rows)
+    if rows < 0:
+        raise ValueError(f"set_gemm_direct_rows: rows must be >= 0, got {rows}")
+    old, _direct_rows = _direct_rows, rows
+    return old
+
+
 def omp_threads_used():
     """How many distinct OpenMP threads ran a chunk of the most recent kernel."""
     return nk_threads_used()
