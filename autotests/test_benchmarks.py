@@ -74,11 +74,14 @@ def test_without_torch_the_needle_column_still_runs(tmp_path):
 
 def test_bench_blocking_prints_its_grid_and_restores_the_blocks():
     out = run([str(REPO / "benchmarks" / "bench_blocking.py"), "--sizes", "96", "--kc", "64,128", "--mc", "48",
-               "--band", "128", "--repeats", "1"])
+               "--band", "128", "--rows", "16,64", "--depth", "20", "--width", "30", "--repeats", "1"])
     assert "needle_kernels cpu backend: tuned for " in out
     assert re.search(r"^\s+64\s+48\s+\d+\.\d\s+\d+\.\d$", out, re.MULTILINE), out
     assert re.search(r"^best: kc (64|128), mc 48 ", out, re.MULTILINE), out
     assert re.search(r"^band\s+128:\s+\d+\.\d$", out, re.MULTILINE), out
+    assert "direct kernel (B read in place) or packed, m x 20 x 30, GFLOP/s" in out
+    for m in (16, 64):
+        assert re.search(rf"^rows\s+{m}: direct\s+\d+\.\d\s+packed\s+\d+\.\d$", out, re.MULTILINE), out
 
 
 def test_beside_numpy_prints_both_modes():

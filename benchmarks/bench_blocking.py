@@ -8,9 +8,9 @@ Prints the machine, the row cpu_tuning picked and, per (kc, mc), GFLOP/s at each
 (best of --repeats calls) and their geometric mean; the best pair last (every size through
 the packed kernel). Then the band width of products with few rows (64 x n x n: a batch
 times a wide layer), and the direct kernel, reading B in place, against the packed one
-by rows of A (m x 256 x 256: a row's direct_rows is the fewest rows from which the packed
-one wins). On a shared
-machine run it more than once: only a choice that wins every run is worth a row.
+by rows of A (m x 100 x 400 by default, an LSTM's gates; a row's direct_rows is the fewest
+rows from which the packed one wins). On a shared machine run it more than once: only a
+choice that wins every run is worth a row.
 """
 import argparse
 import os
@@ -52,6 +52,8 @@ def main(argv=None):
     p.add_argument("--band", type=ints, default=[256, 512, 1024, 2048])
     p.add_argument("--rows", type=ints, default=[64, 128, 256, 384, 512, 1024],
                    help="rows of A for the direct kernel against the packed one")
+    p.add_argument("--depth", type=int, default=100, help="depth of those products (default: an LSTM's hidden size)")
+    p.add_argument("--width", type=int, default=400, help="columns of those products (default: its four gates)")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
 
@@ -84,13 +86,13 @@ def main(argv=None):
             print(f"band {band:>5}: {rate(cpu, 64, n, n, args.repeats):8.1f}", flush=True)
         cpu.set_gemm_blocking(**tuned)
 
-        print(f"\ndirect kernel (B read in place) or packed, m x 256 x 256, GFLOP/s; this row's "
+        print(f"\ndirect kernel (B read in place) or packed, m x {args.depth} x {args.width}, GFLOP/s; this row's "
               f"direct_rows: {cpu_tuning.applied()['direct_rows'] or 'none'}")
         for m in args.rows:
             cpu.set_gemm_direct_limit(direct_limit)
-            direct = rate(cpu, m, 256, 256, args.repeats)
+            direct = rate(cpu, m, args.depth, args.width, args.repeats)
             cpu.set_gemm_direct_limit(0)
-            packed = rate(cpu, m, 256, 256, args.repeats)
+            packed = rate(cpu, m, args.depth, args.width, args.repeats)
             print(f"rows {m:>5}: direct {direct:8.1f}  packed {packed:8.1f}", flush=True)
     finally:
         cpu.set_gemm_blocking(**tuned)

@@ -50,7 +50,8 @@ def native_backend():
     from needle_kernels.backend_ndarray import cpu_tuning
 
     k, conv, tuned = cpu.isa(), cpu.conv_blocking(), cpu_tuning.applied()
-    rows = f" and by fewer than {tuned['direct_rows']} rows of A" if tuned.get("direct_rows") else ""
+    rows = (f" by products of fewer than {tuned['direct_rows']} rows or at most 64 columns"
+            if tuned.get("direct_rows") else "")
     return (f"tuned for {tuned.get('family', '?')}: {k['name']} (this CPU can run "
             f"{', '.join(cpu.available_isas())}); matmul register tile {k['mr']}x{k['nr']}, cache blocks "
             f"kc {k['kc']} mc {k['mc']} band {k['band']} ({tuned.get('source', '?')}), B read in place up to "
