@@ -112,7 +112,8 @@ def test_the_convolution_blocks_follow_the_caches():
 
 def test_the_direct_kernel_reads_in_place_at_most_an_l2_of_b():
     # Zen 4's 1 MB L2 keeps the limit its products were measured with; Zen 3's 512 KB halves it
-    # (a 512 x 512 B then goes through the packed kernel); a bigger L2 than any measured keeps it
+    # (a 512 x 512 B is then packed into strips before the direct kernel reads it); a bigger L2
+    # than any measured keeps Zen 4's
     def direct(family):
         *_, l1, l2 = SAMPLES[family]
         return cpu_tuning.blocks_for_caches({"L1d": l1, "L2": l2}, nr=16)["direct"]

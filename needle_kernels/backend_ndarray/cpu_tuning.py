@@ -10,12 +10,12 @@ an unknown CPU gets the portable default, the widest kernel it can run.
 
 Matmul blocks are measured where a row says so (``benchmarks/bench_blocking.py`` prints the
 grid to measure them on a new CPU), as is, on Zen 3, from how many rows of A the packed
-kernel beats the direct one even where B is small enough to read in place; elsewhere they follow the caches the CPU reports
-(``/sys/devices/system/cpu/cpu0/cache``) by the rule that gives the measured Zen 4
-blocks from Zen 4's caches (:func:`blocks_for_caches`), as the direct kernel's limit on B
-and the convolutions' blocks (a block of Winograd tiles, of conv_implicit's windows) do on
-every CPU; the LSTM step and the exp/log/tanh it runs on take the row's kernel's vector
-width. ``NEEDLE_CPU_TUNING`` names a row's family (or ``portable``) to force it.
+kernel beats the direct one even where B is small enough to read in place; elsewhere they
+follow the caches the CPU reports (``/sys/devices/system/cpu/cpu0/cache``) by the rule
+that gives the measured Zen 4 blocks from Zen 4's caches (:func:`blocks_for_caches`), as
+the direct kernel's limit on B and the convolutions' blocks (a block of Winograd tiles, of
+conv_implicit's windows) do on every CPU; the LSTM step and the exp/log/tanh it runs on
+take the row's kernel's vector width. ``NEEDLE_CPU_TUNING`` names a row's family (or ``portable``) to force it.
 """
 import dataclasses
 import os
@@ -114,8 +114,7 @@ def blocks_for_caches(caches, nr):
     kc x nr panel of B fills L1d, an mc x kc block of A about a fifth of L2, a column band of B
     about half of it; the most floats of B the direct kernel reads in place, an L2's worth, at
     most Zen 4's (a B that has left L2 is read again from L3 for every block of rows, down
-    columns whose lines the packed kernel would have read once: on Zen 3's 512 KB L2 a 512 x 512
-    B ran at two thirds of the packed kernel's speed). The convolutions': a block of Winograd
+    columns whose lines packing would have read once). The convolutions': a block of Winograd
     tiles with their products half of L2, a block of conv_implicit's windows two L1d's worth.
     Zen 4's 32 KB and 1 MB give the blocks chosen on it (DEFAULT_BLOCKS) with nr = 32."""
     if "L1d" not in caches or "L2" not in caches:
