@@ -15,7 +15,8 @@ follow the caches the CPU reports (``/sys/devices/system/cpu/cpu0/cache``) by th
 that gives the measured Zen 4 blocks from Zen 4's caches (:func:`blocks_for_caches`), as
 the direct kernel's limit on B and the convolutions' blocks (a block of Winograd tiles, of
 conv_implicit's windows) do on every CPU; the LSTM step and the exp/log/tanh it runs on
-take the row's kernel's vector width. ``NEEDLE_CPU_TUNING`` names a row's family (or ``portable``) to force it.
+take the row's kernel's vector width. ``NEEDLE_CPU_TUNING`` names a row's family (or
+``portable``) to force it.
 """
 import dataclasses
 import os
