@@ -19,8 +19,8 @@ coursekit.start("demo", {{"demo_t1": {{"Summation": "ops.Summation"}},
 """
 
 
-def run(body, env=None):
-    code = PRELUDE.format(course=str(REPO / "course")) + textwrap.dedent(body)
+def run(body, env=None, prelude=PRELUDE):
+    code = prelude.format(course=str(REPO / "course")) + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -84,3 +84,44 @@ def test_checks_report_what_they_compare_only_in_a_graded_run():
     assert run(body).strip() == "0", "nothing is reported outside a graded run"
     # (the declaration made by coursekit.start above is printed by IPython's display)
     assert run(body, env={"COURSEKIT_RECORD": "1"}).strip().splitlines()[-1] == "1 ones [1.0, 1.0, 1.0]"
+
+
+WRAPPERS = """
+    from needle_kernels.autograd import find_topo_sort as package_find_topo_sort
+    from needle_kernels.ops import Summation as package_Summation
+    x = ndl.Tensor(np.ones(2, dtype=np.float32))
+
+    def find_topo_sort(node_list):      # a wrapper: the package's, called with its own arguments
+        return package_find_topo_sort(node_list)
+
+    class Summation:
+        def __init__(self, axes=None):
+            self.inner = package_Summation(axes)
+
+    ns.update(find_topo_sort=find_topo_sort, Summation=Summation)
+    for call in (lambda: ndl.autograd.find_topo_sort([x]), lambda: ndl.ops.Summation((0,))):
+        try:
+            call()
+        except WithheldError as err:
+            print(err)
+
+    calls = []
+    def find_topo_sort(node_list):      # recursion through the package's name, one node fewer each time
+        calls.append(len(node_list))
+        return [] if not node_list else package_find_topo_sort(node_list[1:]) + [node_list[0]]
+
+    ns["find_topo_sort"] = find_topo_sort
+    print(ndl.autograd.find_topo_sort([x, x, x]) == [x, x, x], calls)
+"""
+
+
+def test_a_wrapper_of_the_packages_own_part_fails_at_once_and_says_why():
+    prelude = PRELUDE.replace('"demo_t2": {{"BroadcastTo": "ops.BroadcastTo"}}',
+                              '"demo_t2": {{"find_topo_sort": "autograd.find_topo_sort"}}')
+    out = run(WRAPPERS, prelude=prelude).strip().splitlines()
+    assert out[0].startswith("demo_t2: find_topo_sort is yours to write in this assignment; yours calls "
+                             "the package's needle_kernels.autograd.find_topo_sort with the arguments it "
+                             "was given"), out
+    assert out[1].startswith("demo_t1: Summation is yours to write in this assignment; yours calls "
+                             "the package's needle_kernels.ops.Summation"), out
+    assert out[2] == "True [3, 2, 1, 0]", out

@@ -78,6 +78,7 @@ class _State:
         self.namespace = None
         self.checked = {}           # (name, id(candidate)) -> (candidate, error or None)
         self.reference_codes = frozenset()  # code of the reference implementations running now
+        self.student_calls = {}     # name -> the arguments of each call of the student's now running
 
 
 _STATE = _State()
@@ -271,12 +272,41 @@ def _replacement(name):
     return students(name)
 
 
+def _same_call(outer, args, kwargs):
+    outer_args, outer_kwargs = outer
+    return (len(outer_args) == len(args) and all(a is b for a, b in zip(outer_args, args))
+            and outer_kwargs.keys() == kwargs.keys() and all(outer_kwargs[k] is v for k, v in kwargs.items()))
+
+
+def _call_students(name, args, kwargs):
+    """The student's ``name`` called in the package's place.
+
+    A student's ``name`` that only calls the package's ``name`` with the arguments it was given
+    (a wrapper) reaches this switch again, which runs the student's again: that would recurse
+    to Python's limit and print a traceback of a thousand frames. It fails at once instead,
+    saying why. A call with other arguments (a recursion over a graph, a reshape of a compacted
+    copy) goes on as written.
+    """
+    replacement = _replacement(name)
+    running = _STATE.student_calls.setdefault(name, [])
+    if running and _same_call(running[-1], args, kwargs):
+        part = _STATE.parts[name]
+        raise WithheldError(f"{part.task}: {name} is yours to write in this assignment; yours calls the "
+                            f"package's {PACKAGE}.{part.paths[0]} with the arguments it was given, which "
+                            f"here runs yours again and would never return: write {name} without it")
+    running.append((args, kwargs))
+    try:
+        return replacement(*args, **kwargs)
+    finally:
+        running.pop()
+
+
 def call_function(name, args, kwargs, slot=0):
     """What a withheld package function does when called: the student's, or the reference
     (``slot``: which of the part's package objects was called)."""
     if _runs_package_code(name):
         return _STATE.impls[(name, slot, None)](*args, **kwargs)
-    return _replacement(name)(*args, **kwargs)
+    return _call_students(name, args, kwargs)
 
 
 def _switch_function(part, func, slot):
@@ -324,7 +354,7 @@ def _switch_class(part, cls, slot):
     def __new__(klass, *args, **kwargs):
         if klass is cls and not _runs_package_code(name):
             # an instance of the student's class: Python then skips the package's __init__
-            return _replacement(name)(*args, **kwargs)
+            return _call_students(name, args, kwargs)
         if base_new is object.__new__:
             return object.__new__(klass)
         return base_new(klass, *args, **kwargs)
