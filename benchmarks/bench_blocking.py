@@ -87,7 +87,7 @@ def main(argv=None):
         cpu.set_gemm_blocking(**tuned)
 
         print(f"\ndirect kernel (B read in place) or packed, m x {args.depth} x {args.width}, GFLOP/s; this row's "
-              f"direct_rows: {cpu_tuning.applied()['direct_rows'] or 'none'}")
+              f"direct_rows: {direct_rows or 'none'}")
         for m in args.rows:
             cpu.set_gemm_direct_limit(direct_limit)
             direct = rate(cpu, m, args.depth, args.width, args.repeats)

@@ -49,13 +49,13 @@ def native_backend():
         return f"not built ({exc})"
     from needle_kernels.backend_ndarray import cpu_tuning
 
-    k, conv, tuned = cpu.isa(), cpu.conv_blocking(), cpu_tuning.applied()
-    rows = (f" by products of fewer than {tuned['direct_rows']} rows or at most 64 columns"
-            if tuned.get("direct_rows") else "")
+    k, conv, tuned, direct = cpu.isa(), cpu.conv_blocking(), cpu_tuning.applied(), cpu.gemm_direct_rule()
+    rows = (f" by products of fewer than {direct['rows']} rows or at most {direct['narrow']} columns"
+            if direct["rows"] else "")
     return (f"tuned for {tuned.get('family', '?')}: {k['name']} (this CPU can run "
             f"{', '.join(cpu.available_isas())}); matmul register tile {k['mr']}x{k['nr']}, cache blocks "
             f"kc {k['kc']} mc {k['mc']} band {k['band']} ({tuned.get('source', '?')}), B read in place up to "
-            f"{tuned.get('direct', '?')} floats{rows}; convolution blocks "
+            f"{direct['limit']} floats{rows}; convolution blocks "
             f"of {conv['winograd']} floats (Winograd) and {conv['implicit']} (implicit); "
             f"{cpu.get_num_threads()} threads")
 

@@ -171,6 +171,8 @@ def test_products_on_either_side_of_the_direct_row_limit(cpu, m, p):
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
     old = cpu.set_gemm_direct_rows(48)
     try:
+        rule = cpu.gemm_direct_rule()
+        assert (rule["rows"], rule["narrow"]) == (48, 64), rule
         for ta, tb in ((False, False), (True, False), (False, True)):
             out = cpu.Array(m * p)
             cpu.fill(out, np.nan)

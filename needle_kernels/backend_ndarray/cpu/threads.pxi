@@ -104,6 +104,12 @@ def available_isas():
     return [nk_gemm_kernels[i].name.decode() for i in range(nk_gemm_nkernels) if nk_gemm_supported(i)]
 
 
+def gemm_direct_rule():
+    """When the direct kernel reads B in place: B of at most ``limit`` floats, in a product of
+    fewer than ``rows`` rows of A (0: any rows) or at most ``narrow`` columns."""
+    return {"limit": _direct_b, "rows": _direct_rows, "narrow": GEMM_DIRECT_NARROW}
+
+
 def isa():
     """The instruction set in use, with the matmul micro-kernel's register tile (mr x nr) and the
     cache blocks in use (gemm_blocking())."""
