@@ -13,7 +13,10 @@ process, and whether a test passed is decided outside it (``grader.judge``):
 3. run B, for each task with a failing test cell in A: the submission runs again, only
    that task's test cells, against a build without that task alone, so the other tasks'
    references stand in for whatever else the student has not finished. Its test cells are
-   judged the same way and replace A's.
+   judged the same way and replace A's. What A compiled (its ``%%cython`` cells, its CUDA
+   kernels on the host stand-in for cupy) is handed to its Bs, which run the same code:
+   a run only ever sees modules built from its own submission, never another's nor the
+   instructor's.
 
 Every task's cells are scored from a run whose package did not contain that task, and a
 task fails in B only for its own sake: one missing task costs only its own points. A
@@ -25,6 +28,7 @@ import copy
 import hashlib
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -216,8 +220,15 @@ def execute(nb, workdir, settings, course_root, assignment, notebook, log=None) 
     made = builds(course_root, assignment, ref.declaration, package, log,
                   keep=names_used(_source_notebook(course_root, assignment, notebook)))
     declared = list(ref.declaration["tasks"])
+    with tempfile.TemporaryDirectory(prefix="grader-carry-") as carry:
+        return _runs(nb, workdir, settings, log, ref, env, declared, host, made, carry)
+
+
+def _runs(nb, workdir, settings, log, ref, env, declared, host, made, carry) -> RunResult:
+    """Run A, then run B of each task A could not judge for itself; ``carry`` hands what A's
+    code compiled on to the Bs, which run the same code."""
     first = run_notebook(nb, workdir, settings, log=log, env={**env, ABSENT_VARIABLE: "*"},
-                         substitutes={host: str(made["*"])})
+                         substitutes={host: str(made["*"])}, carry=carry)
     # which cells ran to the end in A: a stop (time, memory) is final for the cells it cut off
     stopped = {i for i, c in enumerate(first.nb.cells) if any(
         o.get("output_type") == "error" and o.get("ename") == "SandboxStopped" for o in c.get("outputs", []))}
@@ -232,7 +243,8 @@ def execute(nb, workdir, settings, course_root, assignment, notebook, log=None) 
                             if judging.has_error(first.nb.cells[i])):
             continue
         again = run_notebook(_only_task(nb, task, declared), workdir, settings, log=log,
-                             env={**env, ABSENT_VARIABLE: task}, substitutes={host: str(made[task])})
+                             env={**env, ABSENT_VARIABLE: task}, substitutes={host: str(made[task])},
+                             carry=carry)
         judging.judge(again.nb, ref, cells=set(cells))
         for index in cells:
             first.nb.cells[index].outputs = again.nb.cells[index].outputs

@@ -98,6 +98,44 @@ def test_unshare_fallback_hides_the_course_and_the_network(tmp_path):
     assert not (secret / "x").exists()
 
 
+def outputs(cell):
+    return "".join(o.get("text", "") for o in cell.outputs)
+
+
+def test_a_carried_cache_brings_a_compiled_cell_to_the_next_run_and_nothing_else_back(tmp_path):
+    """What one run of a submission compiles is there for its next run; the host reads back
+    regular files only, so a link the notebook made never names a host file to copy."""
+    require_bwrap()
+    secret = tmp_path / "secret"
+    secret.write_text("the grader's own file")
+    work, carry = tmp_path / "work", tmp_path / "carry"
+    work.mkdir()
+    cell = "%%cython\ndef triple(int x):\n    return 3 * x"
+    built = ("import glob, os\nprint(sorted(os.path.basename(p) for p in glob.glob("
+             "os.environ['XDG_CACHE_HOME'] + '/ipython/cython/*.so')))")
+    # a compiler writes files of several MiB
+    compiling = settings(cell_timeout=120, limits={**settings().limits, "max_file_bytes": 64 << 20})
+    first = notebook("%load_ext Cython", cell, "print(triple(14))", built,
+                     f"import os\nhome = os.environ['XDG_CACHE_HOME']\nos.symlink({str(secret)!r}, home + '/link')\n"
+                     "os.mkfifo(home + '/fifo')\nprint(os.environ['CUPY_HOST_BUILD_DIR'])")
+    result = run_notebook(first, work, compiling, carry=carry)
+    assert result.reasons == [] and outputs(result.nb.cells[2]) == "42\n"
+    modules = outputs(result.nb.cells[3])
+    assert ".so" in modules
+    kept = sorted(p.relative_to(carry).as_posix() for p in carry.rglob("*") if p.is_file() or p.is_symlink())
+    assert not any(name.endswith(("link", "fifo")) for name in kept)
+    assert any(name.startswith("cache/ipython/cython/") and name.endswith(".so") for name in kept)
+
+    # the next run finds the module before its cell runs, and the cell loads it
+    second = notebook(built, "%load_ext Cython", cell, "print(triple(5))")
+    again = run_notebook(second, work, compiling, carry=carry)
+    assert outputs(again.nb.cells[0]) == modules and outputs(again.nb.cells[3]) == "15\n"
+
+    # a run without a carried folder starts bare, as every run did before
+    bare = run_notebook(notebook("import os\nprint(os.environ.get('XDG_CACHE_HOME'))"), work, settings())
+    assert outputs(bare.nb.cells[0]) == "None\n"
+
+
 def graded(nb, *indices):
     """Mark cells as nbgrader autograded test cells (grade, not solution)."""
     for i in indices:

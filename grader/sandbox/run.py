@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import stat
 import sys
 import tempfile
 import time
@@ -123,11 +124,46 @@ def _chown_tree(path, uid):
             os.chown(os.path.join(dirpath, name), uid, uid)
 
 
-def run_notebook(nb, workdir, settings: RunSettings, log=None, env=None, substitutes=None) -> RunResult:
+def _keep_files(src: Path, dest: Path, limit: int):
+    """Copy the regular files under `src` to an emptied `dest`, at most `limit` bytes in all.
+
+    `src` was written by the sandbox: a link is never followed (it could name any host file),
+    and what does not fit is left out rather than filling the grader's disk.
+    """
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    total = 0
+    for dirpath, _, filenames in os.walk(src):
+        for name in filenames:
+            path = Path(dirpath) / name
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # a link, or gone
+            with os.fdopen(fd, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                if not stat.S_ISREG(info.st_mode) or total + info.st_size > limit:
+                    continue
+                total += info.st_size
+                target = dest / path.relative_to(src)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "wb") as out:
+                    shutil.copyfileobj(handle, out)
+                os.chmod(target, stat.S_IMODE(info.st_mode) & 0o755)
+
+
+def run_notebook(nb, workdir, settings: RunSettings, log=None, env=None, substitutes=None,
+                 carry=None) -> RunResult:
     """Execute `nb` with a copy of `workdir` as its working directory, confined and limited.
 
     `env` adds variables to the sandbox's environment; `substitutes` ({host package folder:
     folder}) shows another folder where a package lies (a build without some of its parts).
+    `carry` is a host folder of caches handed from one run of a submission to the next:
+    the compiled modules of its ``%%cython`` cells and of its CUDA kernels on the host
+    stand-in for cupy (see worker.py). Its regular files go in with the job and come back
+    when the run ends, so the next run of the same code skips the compiler. Only one
+    submission's own runs may share one: a module built by one student's run is that
+    student's code, and the instructor's reference run never gets one.
     """
     mode, warnings = choose(settings.mode)
     for warning in warnings:
@@ -144,6 +180,8 @@ def run_notebook(nb, workdir, settings: RunSettings, log=None, env=None, substit
         job = Path(job)
         _copy_work(workdir, job / "work")
         nbformat.write(nb, str(job / "in.ipynb"))
+        if carry is not None:
+            _keep_files(Path(carry), job / "carry", settings.tmp_mb << 20)
         limits = dict(settings.limits)
         uid = settings.uid_base + slot if (os.geteuid() == 0 and mode != "none") else None
         if uid is None and mode != "none" and not process_count.counted_per_namespace():
@@ -185,6 +223,8 @@ def run_notebook(nb, workdir, settings: RunSettings, log=None, env=None, substit
             tail = (job / "worker.log").read_text(errors="replace")[-800:]
             status["reason"] = f"the sandboxed run failed before executing (exit {proc.returncode})"
             log and log.error("sandbox worker failed: %s", tail)
+        if carry is not None:
+            _keep_files(job / "carry", Path(carry), settings.tmp_mb << 20)
     merged, reasons = merge_outputs(nb, executed, status)
     return RunResult(nb=merged, reasons=reasons, seconds=time.monotonic() - start, mode=mode)
 

@@ -15,7 +15,10 @@ wall-clock budget included, the cells that did complete keep their results.
 import json
 import os
 import secrets
+import shutil
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,6 +47,39 @@ def install_kernelspec(spec: dict, code_dir: str) -> None:
     os.environ["IPYTHONDIR"] = "/tmp/grader-ipython"
 
 
+def take_caches(job: Path):
+    """Where the kernel keeps what it compiles, seeded from the job's ``carry`` folder: a private
+    folder in the sandbox's /tmp (the job folder may lie on a file system that forbids loading
+    code from it). None when the job carries nothing."""
+    if not (job / "carry").is_dir():
+        return None
+    caches = Path(tempfile.mkdtemp(prefix="grader-carry-"))
+    shutil.copytree(job / "carry", caches, dirs_exist_ok=True)
+    # IPython's %%cython keeps its modules under XDG_CACHE_HOME/ipython/cython
+    (caches / "cache").mkdir(exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(caches / "cache")
+    os.environ["CUPY_HOST_BUILD_DIR"] = str(caches / "cupy_host")
+    return caches
+
+
+def _special_files(folder, names):
+    """Pipes, sockets and devices, which a copy would block on or refuse."""
+    return {name for name in names
+            if not stat.S_ISREG(mode := os.lstat(os.path.join(folder, name)).st_mode)
+            and not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode)}
+
+
+def give_back_caches(caches, job: Path):
+    """The compiled modules back into the job folder, for the next run of this submission."""
+    if caches is None:
+        return
+    shutil.rmtree(job / "carry", ignore_errors=True)
+    try:
+        shutil.copytree(caches, job / "carry", symlinks=True, ignore=_special_files)
+    except OSError:  # a full disk costs the next run a compile, not this run's results
+        shutil.rmtree(job / "carry", ignore_errors=True)
+
+
 def is_test_cell(cell) -> bool:
     """An autograded test cell: graded, not a solution (nbgrader's cell metadata)."""
     meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -54,6 +90,7 @@ def main() -> int:
     job = Path(sys.argv[1])
     spec = json.loads((job / "job.json").read_text())
     install_kernelspec(spec, os.path.dirname(os.path.abspath(__file__)))
+    caches = take_caches(job)
 
     import nbformat
     from nbclient import NotebookClient
@@ -136,6 +173,7 @@ def main() -> int:
     except Exception as err:  # noqa: BLE001 - any failure of the run is reported, not raised
         status["reason"] = f"execution stopped: {type(err).__name__}: {str(err)[:300]}"
     save()
+    give_back_caches(caches, job)
     return 0
 
 
