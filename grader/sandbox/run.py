@@ -12,8 +12,8 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import stat
+import subprocess
 import sys
 import tempfile
 import time

@@ -54,7 +54,11 @@ def take_caches(job: Path):
     if not (job / "carry").is_dir():
         return None
     caches = Path(tempfile.mkdtemp(prefix="grader-carry-"))
-    shutil.copytree(job / "carry", caches, dirs_exist_ok=True)
+    try:
+        shutil.copytree(job / "carry", caches, dirs_exist_ok=True)
+    except OSError:  # a full /tmp: this run compiles again rather than not running
+        shutil.rmtree(caches, ignore_errors=True)
+        caches.mkdir()
     # IPython's %%cython keeps its modules under XDG_CACHE_HOME/ipython/cython
     (caches / "cache").mkdir(exist_ok=True)
     os.environ["XDG_CACHE_HOME"] = str(caches / "cache")
