@@ -84,13 +84,22 @@ def test_bench_blocking_prints_its_grid_and_restores_the_blocks():
         assert re.search(rf"^rows\s+{m}: direct\s+\d+\.\d\s+packed\s+\d+\.\d$", out, re.MULTILINE), out
 
 
-def test_beside_numpy_prints_both_modes():
+def test_beside_numpy_prints_both_modes_and_the_direct_rule_both_ways():
     out = run([str(REPO / "benchmarks" / "bench_backend.py"), "--no-cuda", "--only", "beside", "--sizes", "64"],
               timeout=300)
     for pools in ("one pool", "two pools"):
         for n in (256, 1024):
             assert RATIO.search(table_line(out, f"needle matmul {n} after numpy's, {pools}")), out
             assert RATIO.search(table_line(out, f"numpy matmul {n} after needle's, {pools}")), out
+    from needle_kernels.backend_ndarray import ndarray_backend_cpu as cpu
+
+    rule = cpu.gemm_direct_rule()
+    # the section exists where the CPU's tuning row sends products of many rows to the packed kernel
+    assert ("Direct kernel (B read in place) against packed" in out) == bool(rule["rows"]), out
+    if rule["rows"]:
+        for p, taken in ((rule["narrow"], "direct"), (2 * rule["narrow"], "packed")):
+            line = table_line(out, f"16384x576x{p} (GFLOP/s)")
+            assert f" {taken} " in line and RATIO.search(line), out
 
 
 def test_bench_stability_prints_phases_and_both_counts():

@@ -163,6 +163,7 @@ def run_cpu(args):
 
     ndarray_rows(cpu, b, args, rng)
     beside_numpy(args)
+    direct_or_packed(cpu, args, threads, rng)
     speedup(cpu, args, threads, rng)
 
 
@@ -410,6 +411,46 @@ def beside_rows():
                 after = min(after, median(fn, before=other))
             work = 2.0 * n**3 / 1e9
             print(f"{name:<46} {work / alone:>9.1f} {work / after:>9.1f} {after / alone:>7.2f}x", flush=True)
+
+
+def direct_or_packed(cpu, args, threads, rng):
+    """Each of the two matmul paths on products with many rows of A (a 3x3 convolution's im2col
+    product, 64 and 128 output channels): B read in place by the direct kernel, or packed.
+    Which one the backend takes follows gemm_direct_rule(): from ``rows`` rows on, B is packed
+    unless the product is at most ``narrow`` columns wide; the ratio shows what the rule's
+    choice gains over the other path on this CPU."""
+    rule = cpu.gemm_direct_rule()
+    if not rule["rows"]:
+        return
+    print(f"\nDirect kernel (B read in place) against packed, products of {rule['rows']} rows or more "
+          f"(taken: direct up to {rule['narrow']} columns, packed above); ratio = the other path's "
+          "time / the taken path's")
+    print(f"{'matmul m x n x p':<34} {'direct':>9} {'packed':>9} {'taken':>7} {'ratio':>8}")
+    print("-" * 72)
+    cpu.set_num_threads(threads)
+    for m, n, p in [(16384, 576, rule["narrow"]), (16384, 576, 2 * rule["narrow"])]:
+        A = rng.standard_normal((m, n), dtype=np.float32)
+        B = rng.standard_normal((n, p), dtype=np.float32)
+        a, bb, o = cpu.Array(m * n), cpu.Array(n * p), cpu.Array(m * p)
+        cpu.from_numpy(A, a)
+        cpu.from_numpy(B, bb)
+        times = {"direct": float("inf"), "packed": float("inf")}
+        for _ in range(3):  # alternately, so a slow spell of a shared machine hits both paths
+            for path, (limit, rows) in {"direct": (max(rule["limit"], n * p), 0), "packed": (0, 0)}.items():
+                cpu.set_gemm_direct_limit(limit)
+                cpu.set_gemm_direct_rows(rows)
+                try:
+                    times[path] = min(times[path], best_time(lambda: cpu.matmul(a, bb, o, m, n, p),
+                                                             args.repeats, min_total=0.2))
+                    np.testing.assert_allclose(cpu.to_numpy(o, (m, p), (p, 1), 0), A @ B, rtol=1e-3, atol=1e-2)
+                finally:
+                    cpu.set_gemm_direct_limit(rule["limit"])
+                    cpu.set_gemm_direct_rows(rule["rows"])
+        taken = "direct" if p <= rule["narrow"] else "packed"
+        other = "packed" if taken == "direct" else "direct"
+        rates = {path: 2.0 * m * n * p / t / 1e9 for path, t in times.items()}
+        print(f"{f'{m}x{n}x{p} (GFLOP/s)':<34} {rates['direct']:>9.1f} {rates['packed']:>9.1f} {taken:>7} "
+              f"{times[other] / times[taken]:>7.2f}x", flush=True)
 
 
 def speedup(cpu, args, threads, rng):
