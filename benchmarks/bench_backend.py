@@ -126,7 +126,8 @@ def run_cpu(args):
         b.case(f"matmul {m}x{n}x{p} (small)", "GFLOP/s", 2.0 * m * n * p,
                lambda: np.matmul(A, B, out=C), lambda: cpu.matmul(a, bb, o, m, n, p), check)
 
-    lm_output_rows(cpu, b, rng)
+    lm_output_rows(cpu, b, rng, 512, 64)   # the Transformer row's
+    lm_output_rows(cpu, b, rng, 640, 100)  # the LSTM row's (bptt 40 x batch 16, 100 units)
 
     N = args.elements
     x = rng.standard_normal(N, dtype=np.float32)
@@ -167,11 +168,12 @@ def run_cpu(args):
     speedup(cpu, args, threads, rng)
 
 
-def lm_output_rows(cpu, b, rng):
-    """The Transformer row's output layer (512 positions, width 64, 10,000 words): its forward
-    (the bias added as the product is stored), its weight gradient x^T @ g (64 rows: a last,
-    partial panel of rows) and its input gradient g @ w^T, each against numpy's OpenBLAS."""
-    rows, width, words = 512, 64, 10000
+def lm_output_rows(cpu, b, rng, rows, width, words=10000):
+    """A language model's output layer (``rows`` positions of ``width`` features, 10,000 words):
+    its forward (the bias added as the product is stored), its weight gradient x^T @ g (64
+    rows for the Transformer: a last, partial panel of rows) and its input gradient g @ w^T
+    (the Transformer's 64 columns read w in place, the LSTM's 100 pack it from its
+    transpose), each against numpy's OpenBLAS."""
     X = rng.standard_normal((rows, width), dtype=np.float32)
     W = rng.standard_normal((width, words), dtype=np.float32)
     bias = rng.standard_normal(words, dtype=np.float32)

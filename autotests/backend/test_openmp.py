@@ -161,18 +161,19 @@ def test_gemm_direct_limit_is_checked(cpu):
         cpu.set_gemm_direct_limit(-1)
 
 
-@pytest.mark.parametrize("m, p", [(47, 100), (48, 100), (48, 64), (300, 65), (16, 400)])
-def test_products_on_either_side_of_the_direct_row_limit(cpu, m, p):
+@pytest.mark.parametrize("m, n, p", [(47, 70, 100), (48, 70, 100), (48, 70, 64), (300, 70, 65), (16, 70, 400),
+                                     (100, 1023, 100), (100, 1024, 100), (70, 1100, 130)])
+def test_products_on_either_side_of_the_direct_row_limit(cpu, m, n, p):
     """Under a row limit of 48 (Zen 3's row has one), a product of 48 rows or more and more than
-    64 columns takes the packed kernel, the others read B in place: each is right, with each
-    operand given as itself or as its transpose's rows."""
+    64 columns takes the packed kernel, the others read B in place, and one 1024 deep or more
+    whose B is packed into strips (given as its transpose's rows) takes the direct kernel: each
+    is right, with each operand given as itself or as its transpose's rows."""
     rng = np.random.default_rng(m + p)
-    n = 70
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
     old = cpu.set_gemm_direct_rows(48)
     try:
         rule = cpu.gemm_direct_rule()
-        assert (rule["rows"], rule["narrow"]) == (48, 64), rule
+        assert (rule["rows"], rule["narrow"], rule["deep"]) == (48, 64, 1024), rule
         for ta, tb in ((False, False), (True, False), (False, True)):
             out = cpu.Array(m * p)
             cpu.fill(out, np.nan)

@@ -27,6 +27,18 @@ cdef inline void _pack_a(const nk_gemm_kernel *kern, const float *A, bint at, Py
         nk_pack_a(A + i0 * n + pc, n, mcur, kcur, kern.mr, Ap)
 
 
+cdef inline void _pack_b(const nk_gemm_kernel *kern, const float *B, bint bt, Py_ssize_t n, Py_ssize_t p,
+                         Py_ssize_t pc, Py_ssize_t kcur, Py_ssize_t jc, Py_ssize_t j0, Py_ssize_t j1,
+                         float *Bp) noexcept nogil:
+    """Pack rows pc..pc+kcur, columns jc+j0..jc+j1 of B into NR-column panels, the panel of column
+    jc+j0 at Bp + j0 * kcur (j0 a multiple of NR): B row-major (n, p), or (bt) stored as the
+    row-major (p, n) array of its transpose, read as it is (a backward pass's dY @ W^T)."""
+    if bt:  # rows of B^T hold B's columns: B's column panels are nk_pack_a's row panels of B^T
+        nk_pack_a(B + (jc + j0) * n + pc, n, j1 - j0, kcur, kern.nr, Bp + j0 * kcur)
+    else:
+        nk_pack_b(B + pc * p + jc, p, kcur, j0, j1, kern.nr, Bp)
+
+
 cdef inline void _gemm_rows(const nk_gemm_kernel *kern, const float *A, bint at, Py_ssize_t m, float *C, float *Ap,
                             const float *Bp, Py_ssize_t i0, Py_ssize_t mcur, Py_ssize_t n, Py_ssize_t p,
                             Py_ssize_t kc, Py_ssize_t nc, Py_ssize_t jc, Py_ssize_t ncur,
@@ -41,22 +53,22 @@ cdef inline void _gemm_rows(const nk_gemm_kernel *kern, const float *A, bint at,
         pc += kc
 
 
-cdef void _gemm_band(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
-                     Py_ssize_t n, Py_ssize_t p, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t ncur,
+cdef void _gemm_band(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, bint bt, float *C,
+                     Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t ncur,
                      float *Ap, float *Bp, const float *bias) noexcept nogil:
     """C[:, j0:j0+ncur] = A @ B[:, j0:j0+ncur] (+ bias) for m <= MC rows, one KC slice at a time:
     the slice of B is packed and used at once, while it is in cache."""
     cdef Py_ssize_t pc = 0, kcur
     while pc < n:
         kcur = kc if kc < n - pc else n - pc
-        nk_pack_b(B + pc * p + j0, p, kcur, 0, ncur, kern.nr, Bp)
+        _pack_b(kern, B, bt, n, p, pc, kcur, j0, 0, ncur, Bp)
         _pack_a(kern, A, at, m, n, 0, m, pc, kcur, Ap)
         kern.macro(m, ncur, kcur, Ap, Bp, C + j0, p, pc > 0, _columns(bias, j0))
         pc += kc
 
 
-cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
-                        Py_ssize_t n, Py_ssize_t p, int nt, const float *bias) noexcept nogil:
+cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, bint bt, float *C,
+                        Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, int nt, const float *bias) noexcept nogil:
     """C = A @ B when A has at most MC rows (a weight gradient X^T @ G, a small batch times a
     wide layer): the threads split the columns of C into bands instead of its few rows, so each
     reads its band of B once; splitting rows would have every thread stream all of B."""
@@ -79,12 +91,12 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, con
     if nt == 1:
         nk_note_thread(0)
         for jb in range(nbands):
-            _gemm_band(kern, A, at, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
+            _gemm_band(kern, A, at, B, bt, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
                        buf, buf + apsize, bias)
     else:
         for jb in prange(nbands, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
-            _gemm_band(kern, A, at, B, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
+            _gemm_band(kern, A, at, B, bt, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
                        buf + threadid() * per, buf + threadid() * per + apsize, bias)
     free(buf)
     return 0
@@ -181,11 +193,16 @@ cdef int _gemm_direct_ksplit(const nk_gemm_kernel *kern, const float *A, Py_ssiz
     return -1 if err else 0
 
 
-cdef inline bint _direct_fits(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p) noexcept nogil:
+cdef inline bint _direct_fits(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, bint b_trans) noexcept nogil:
     # (rows of B a multiple of 4 KB apart fall on the same cache sets when read in place:
     # 2048 x 256 @ 256 x 1024 ran at 0.7x the packed kernel's speed)
+    # The row limit is about B read in place; B that _gemm_direct packs into strips is read in
+    # order, and a deep enough product repays keeping C's tile in registers over its whole
+    # depth, where the packed kernel reads and writes C again at every KC slice.
+    cdef bint strips = b_trans or (n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS)
     return (_direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS)
-            and (_direct_rows == 0 or m < _direct_rows or p <= GEMM_DIRECT_NARROW))
+            and (_direct_rows == 0 or m < _direct_rows or p <= GEMM_DIRECT_NARROW
+                 or (strips and n >= GEMM_DIRECT_DEEP)))
 
 
 cdef inline int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
@@ -216,11 +233,11 @@ cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C,
         memset(C, 0, m * p * sizeof(float))
     elif m * n * p <= GEMM_SMALL:
         _gemm_small(A, B, C, m, n, p)
-    elif _direct_fits(m, n, p):
+    elif _direct_fits(m, n, p, False):
         err = _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
     else:
         # the packed kernel adds the bias as it stores each tile of C
-        return _gemm_packed(kern, A, False, B, C, m, n, p, nt, bias)
+        return _gemm_packed(kern, A, False, B, False, C, m, n, p, nt, bias)
     if bias != NULL and err == 0:
         _bias_rows(C, bias, C, m, p, nt)
     return err
@@ -243,16 +260,16 @@ cdef void _bias_rows(const float *a, const float *bias, float *out, Py_ssize_t m
             nk_bias_add_rows(a + t * step * p, bias, out + t * step * p, min(step, m - t * step), p)
 
 
-cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, float *C, Py_ssize_t m,
-                      Py_ssize_t n, Py_ssize_t p, int nt, const float *bias) noexcept nogil:
-    """The packed kernel of _gemm_bias for m, n, p >= 1; A row-major, or (at) stored as its
-    transpose."""
+cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const float *B, bint bt, float *C,
+                      Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, int nt, const float *bias) noexcept nogil:
+    """The packed kernel of _gemm_bias for m, n, p >= 1; A and B row-major, or (at, bt) each
+    stored as its transpose."""
     cdef int MR = kern.mr, NR = kern.nr
     cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
     cdef float *Bp
     cdef float *Ap_all
     if m <= _mc:
-        return _gemm_few_rows(kern, A, at, B, C, m, n, p, nt, bias)
+        return _gemm_few_rows(kern, A, at, B, bt, C, m, n, p, nt, bias)
     kc = _kc if _kc < n else n
     # B is packed a whole column chunk at a time (all of it, unless that
     # would take more than GEMM_PACK_MAX floats), so the threads meet only
@@ -288,7 +305,7 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
             nk_note_thread(0)
             for it in range(nslices):
                 pc = it * kc
-                nk_pack_b(B + pc * p + jc, p, kc if kc < n - pc else n - pc, 0, ncur, NR, Bp + pc * nc)
+                _pack_b(kern, B, bt, n, p, pc, kc if kc < n - pc else n - pc, jc, 0, ncur, Bp + pc * nc)
             for ib in range(nb):
                 _gemm_rows(kern, A, at, m, C, Ap_all, Bp, ib * mc, mc if mc < m - ib * mc else m - ib * mc,
                            n, p, kc, nc, jc, ncur, bias)
@@ -298,8 +315,8 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
                     nk_note_thread(threadid())
                     pc = (it // npan) * kc
                     jp = it % npan
-                    nk_pack_b(B + pc * p + jc, p, kc if kc < n - pc else n - pc, jp * NR,
-                              (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, NR, Bp + pc * nc)
+                    _pack_b(kern, B, bt, n, p, pc, kc if kc < n - pc else n - pc, jc, jp * NR,
+                            (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, Bp + pc * nc)
                 # dynamic: a thread that gets its core back late takes fewer row blocks
                 for ib in prange(nb, schedule="dynamic"):
                     _gemm_rows(kern, A, at, m, C, Ap_all + threadid() * mc * kc, Bp, ib * mc,
@@ -379,11 +396,11 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
         elif (ta and not tb and nt > 1 and cm < GEMM_DIRECT_PACK_ROWS and cn >= GEMM_KSPLIT_DEPTH
               and cn >= 2 * (cm + cp) and _direct_b > 0):
             err = _gemm_direct_ksplit(kern, A.data, 1, cm, B.data, O.data, cm, cn, cp, nt)
-        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cm, cn, cp):
+        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cm, cn, cp, tb):
             err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
-        elif cm * cn * cp > GEMM_SMALL and not tb:  # the packed kernel packs a transposed A as it is
-            err = _gemm_packed(kern, A.data, True, B.data, O.data, cm, cn, cp, nt, NULL)
-        else:  # the packed kernel takes a row-major B: a transposed copy first
+        elif cm * cn * cp > GEMM_SMALL:  # the packed kernel packs a transposed A or B as it is
+            err = _gemm_packed(kern, A.data, ta, B.data, tb, O.data, cm, cn, cp, nt, NULL)
+        else:  # the small kernel takes row-major operands: a transposed copy first
             if ta:
                 At = <float *>nk_aligned_alloc(cm * cn * sizeof(float))
             if tb:
