@@ -51,7 +51,7 @@ def native_backend():
 
     k, conv, tuned, direct = cpu.isa(), cpu.conv_blocking(), cpu_tuning.applied(), cpu.gemm_direct_rule()
     rows = (f" by products of fewer than {direct['rows']} rows or at most {direct['narrow']} columns "
-            f"(or {direct['deep']} deep, B packed in strips)" if direct["rows"] else "")
+            f"(or {direct['deep']} deep, A row-major and B packed in strips)" if direct["rows"] else "")
     return (f"tuned for {tuned.get('family', '?')}: {k['name']} (this CPU can run "
             f"{', '.join(cpu.available_isas())}); matmul register tile {k['mr']}x{k['nr']}, cache blocks "
             f"kc {k['kc']} mc {k['mc']} band {k['band']} ({tuned.get('source', '?')}), B read in place up to "

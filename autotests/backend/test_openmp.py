@@ -166,8 +166,9 @@ def test_gemm_direct_limit_is_checked(cpu):
 def test_products_on_either_side_of_the_direct_row_limit(cpu, m, n, p):
     """Under a row limit of 48 (Zen 3's row has one), a product of 48 rows or more and more than
     64 columns takes the packed kernel, the others read B in place, and one 1024 deep or more
-    whose B is packed into strips (given as its transpose's rows) takes the direct kernel: each
-    is right, with each operand given as itself or as its transpose's rows."""
+    whose B is packed into strips (given as its transpose's rows) takes the direct kernel unless
+    A is transposed: each is right, with each operand given as itself or as its transpose's
+    rows."""
     rng = np.random.default_rng(m + p)
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
     old = cpu.set_gemm_direct_rows(48)

@@ -202,10 +202,11 @@ cdef enum:
     # set_gemm_direct_rows): a convolution's im2col product with 64 output channels.
     GEMM_DIRECT_NARROW = 64
     # A product at least this deep whose B the direct kernel packs into strips (a transposed B,
-    # or one over the in-place limit) takes it whatever the rows of A: the direct kernel keeps
-    # C's tile in registers over the whole depth, where the packed one reads and writes C
-    # again at every KC slice (the LSTM language model's dY @ W^T, 640 x 10000 @ 10000 x 100:
-    # bench_backend.py's "g @ w^T 640x10000x100" row, benchmarks/README.md).
+    # or one over the in-place limit) and whose A is row-major takes it whatever the rows of A
+    # (see _direct_fits): the direct kernel keeps C's tile in registers over the whole depth,
+    # where the packed one reads and writes C again at every KC slice (the LSTM language
+    # model's dY @ W^T, 640 x 10000 @ 10000 x 100: bench_backend.py's "g @ w^T 640x10000x100"
+    # row, benchmarks/README.md).
     GEMM_DIRECT_DEEP = 1024
     # A product this deep or deeper, with a transposed A of fewer than GEMM_DIRECT_PACK_ROWS
     # rows (a weight gradient X^T @ dY over a whole batch of pixels), splits its depth among

@@ -193,16 +193,17 @@ cdef int _gemm_direct_ksplit(const nk_gemm_kernel *kern, const float *A, Py_ssiz
     return -1 if err else 0
 
 
-cdef inline bint _direct_fits(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, bint b_trans) noexcept nogil:
+cdef inline bint _direct_fits(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, bint a_trans, bint b_trans) noexcept nogil:
     # (rows of B a multiple of 4 KB apart fall on the same cache sets when read in place:
     # 2048 x 256 @ 256 x 1024 ran at 0.7x the packed kernel's speed)
     # The row limit is about B read in place; B that _gemm_direct packs into strips is read in
     # order, and a deep enough product repays keeping C's tile in registers over its whole
-    # depth, where the packed kernel reads and writes C again at every KC slice.
+    # depth, where the packed kernel reads and writes C again at every KC slice. Not with a
+    # transposed A, which the direct kernel gathers 16 rows at a time: there packing A wins.
     cdef bint strips = b_trans or (n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS)
     return (_direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS)
             and (_direct_rows == 0 or m < _direct_rows or p <= GEMM_DIRECT_NARROW
-                 or (strips and n >= GEMM_DIRECT_DEEP)))
+                 or (strips and not a_trans and n >= GEMM_DIRECT_DEEP)))
 
 
 cdef inline int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
@@ -233,7 +234,7 @@ cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C,
         memset(C, 0, m * p * sizeof(float))
     elif m * n * p <= GEMM_SMALL:
         _gemm_small(A, B, C, m, n, p)
-    elif _direct_fits(m, n, p, False):
+    elif _direct_fits(m, n, p, False, False):
         err = _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
     else:
         # the packed kernel adds the bias as it stores each tile of C
@@ -396,7 +397,7 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
         elif (ta and not tb and nt > 1 and cm < GEMM_DIRECT_PACK_ROWS and cn >= GEMM_KSPLIT_DEPTH
               and cn >= 2 * (cm + cp) and _direct_b > 0):
             err = _gemm_direct_ksplit(kern, A.data, 1, cm, B.data, O.data, cm, cn, cp, nt)
-        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cm, cn, cp, tb):
+        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cm, cn, cp, ta, tb):
             err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
         elif cm * cn * cp > GEMM_SMALL:  # the packed kernel packs a transposed A or B as it is
             err = _gemm_packed(kern, A.data, ta, B.data, tb, O.data, cm, cn, cp, nt, NULL)

@@ -84,7 +84,8 @@ def set_gemm_direct_limit(floats):
 def set_gemm_direct_rows(rows):
     """From how many rows of A a product wider than GEMM_DIRECT_NARROW columns goes through the
     packed kernel even where B is small enough to read in place (0, the default: whatever the
-    rows; a product GEMM_DIRECT_DEEP deep whose B the direct kernel packs is exempt); returns the previous value. Where the strided walk down B's columns refills L1 from
+    rows; a product GEMM_DIRECT_DEEP deep, of a row-major A, whose B the direct kernel packs is
+    exempt); returns the previous value. Where the strided walk down B's columns refills L1 from
     L2 at every k, enough rows repay packing B once (cpu_tuning.py sets it per CPU family)."""
     global _direct_rows
     rows = _int("set_gemm_direct_rows", "rows", rows)
@@ -107,7 +108,8 @@ def available_isas():
 def gemm_direct_rule():
     """When the direct kernel reads B in place: B of at most ``limit`` floats, in a product of
     fewer than ``rows`` rows of A (0: any rows) or at most ``narrow`` columns; a product at least
-    ``deep`` deep whose B it packs into strips takes it whatever the rows."""
+    ``deep`` deep whose B it packs into strips, and whose A is not transposed, takes it whatever
+    the rows."""
     return {"limit": _direct_b, "rows": _direct_rows, "narrow": GEMM_DIRECT_NARROW, "deep": GEMM_DIRECT_DEEP}
 
 
