@@ -232,6 +232,40 @@ def test_matmul_batched_and_tiled(be):
 
 # ---------------------------------------------------------------- reductions
 
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("m,n,p", [(1, 1, 1), (63, 65, 129), (130, 7, 68), (3, 0, 4)])
+def test_matmul_t_and_matmul_bias(be, m, n, p, trans_a, trans_b):
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    b = rng.standard_normal((n, p)).astype(np.float32)
+    bias = rng.standard_normal(p).astype(np.float32)
+    out = be.Array(m * p)
+    be.matmul_t(_put(be, a.T if trans_a else a), _put(be, b.T if trans_b else b), out, m, n, p, trans_a, trans_b)
+    np.testing.assert_allclose(_get(be, out).reshape(m, p), a @ b, rtol=1e-4, atol=1e-4)
+    be.matmul_bias(_put(be, a), _put(be, b), _put(be, bias), out, m, n, p)
+    np.testing.assert_allclose(_get(be, out).reshape(m, p), a @ b + bias, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("num_rows,rows,dim", [(1, 1, 1), (10, 700, 3), (5000, 300, 64), (4, 0, 2)])
+def test_embedding_gather_and_scatter(be, num_rows, rows, dim):
+    # repeated ids add into one row (atomically on a GPU); more elements than the capped grid
+    ids = rng.integers(0, num_rows, rows)
+    table = rng.standard_normal((num_rows, dim)).astype(np.float32)
+    g = rng.standard_normal((rows, dim)).astype(np.float32)
+    out = be.Array(rows * dim)
+    be.embedding_gather(_put(be, table), _put(be, ids), out, num_rows, rows, dim)
+    np.testing.assert_array_equal(_get(be, out).reshape(rows, dim), table[ids])
+    grad = be.Array(num_rows * dim)
+    be.fill(grad, 7.0)  # scatter overwrites what out held
+    be.embedding_scatter(_put(be, g), _put(be, ids), grad, num_rows, rows, dim)
+    expect = np.zeros((num_rows, dim))
+    np.add.at(expect, ids, g.astype(np.float64))
+    np.testing.assert_allclose(_get(be, grad).reshape(num_rows, dim), expect, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"embedding_gather.*\[0, %d\)" % num_rows):
+        be.embedding_gather(_put(be, table), _put(be, np.full(max(rows, 1), num_rows)), be.Array(max(rows, 1) * dim),
+                            num_rows, max(rows, 1), dim)
+
+
 @pytest.mark.parametrize("n_out,r", [(1, 1), (5, 2), (4, 31), (3, 33), (2, 300), (7, 1025)])
 def test_reduce_rows(be, n_out, r):
     x = rng.standard_normal(n_out * r).astype(np.float32)

@@ -19,6 +19,31 @@ SPECIAL_VALUES = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40,
                            -104.0, 1e30, -1e30, 0.5, 0.625, -0.625, 9.5, -9.5], dtype=np.float32)
 
 
+def flushed(values):
+    """values (float32) with every subnormal replaced by a zero of its sign: what a kernel compiled
+    to flush subnormals to zero (cupy compiles every kernel so) reads and writes."""
+    values = np.asarray(values, dtype=np.float32)
+    return np.where(np.abs(values) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), values), values)
+
+
+def nearer(got, ieee, flush):
+    """Per element, whichever expectation got is nearer to: ``ieee`` (numpy's float32 result) or
+    ``flush`` (the result from flushed inputs, flushed). A device that flushes subnormals to zero
+    is then held to one of the two answers, element by element, and still compared with the
+    caller's tolerance. Where the flushed answer is a zero, a subnormal got counts as that zero:
+    such a device still moves a subnormal's bits unchanged (a select, a copy), as maximum(0, -1e-45)
+    returning -1e-45, since it compares them as zeros."""
+    got, ieee, flush = (np.asarray(x, dtype=np.float64) for x in (got, ieee, flush))
+
+    def gap(want):
+        same = (got == want) | (np.isnan(got) & np.isnan(want))  # equal infinities too
+        with np.errstate(invalid="ignore"):
+            return np.where(same, 0.0, np.nan_to_num(np.abs(got - want), nan=np.inf))
+    moved = (flush == 0) & (np.abs(got) < np.finfo(np.float32).tiny)
+    want = np.where(gap(flush) < gap(ieee), flush, ieee)
+    return np.where(moved, got, want).astype(np.float32)
+
+
 class RandomDraws:
     """The choices ``strided_view`` makes, drawn from ``numpy.random.default_rng(seed)``."""
 

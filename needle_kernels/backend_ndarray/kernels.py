@@ -140,9 +140,9 @@ REGISTRY = (
            False, cuda="conv.cu", function="conv_implicit_weight_grad"),
     # ---- embeddings: rows of a table picked by integer ids (as floats), and the adjoint
     Kernel("embedding_gather", "embedding", "weight, ids, out, num_rows, rows, dim", False,
-           function="embedding_gather"),
+           cuda="embedding.cu", function="embedding_gather"),
     Kernel("embedding_scatter", "embedding", "g, ids, out, num_rows, rows, dim", False,
-           function="embedding_scatter"),
+           cuda="embedding.cu", function="embedding_scatter"),
 )
 
 BY_NAME = {k.name: k for k in REGISTRY}

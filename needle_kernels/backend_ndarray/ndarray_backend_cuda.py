@@ -1,8 +1,8 @@
 """The CUDA backend: the flat kernel table of ``ndarray_backend_numpy`` on the GPU.
 
 Buffers are ``cupy`` arrays; every function launches a hand-written kernel
-from the ``cuda/*.cu`` sources next to this file (``elementwise.cu``,
-``strided.cu``, ``matmul.cu``, ``reduce.cu``, ``optim.cu``, ``conv.cu``). Each source is compiled once
+from the ``cuda/*.cu`` sources next to this file, one per family of
+kernels (``elementwise.cu``, ``strided.cu``, ``matmul.cu``, ...). Each source is compiled once
 per process with NVRTC, on first use, and cupy keeps the binary in its disk
 cache between processes.
 
@@ -31,6 +31,7 @@ from .backend_checks import (
     check_batchnorm,
     check_bias_add,
     check_col2im,
+    check_embedding,
     check_conv_implicit,
     check_winograd_input,
     check_winograd_output,
@@ -80,15 +81,14 @@ _CONV_DEPTH = LAUNCH_GEOMETRY["NK_CONV_DEPTH"]
 _MIDDLE_BLOCK = (LAUNCH_GEOMETRY["NK_MIDDLE_LANES"], LAUNCH_GEOMETRY["NK_MIDDLE_ROWS"], 1)
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
-# IEEE float32 as numpy computes it: subnormals kept (not flushed to zero),
-# division and square root correctly rounded. cupy's own element-wise kernels
-# behave the same; flushing would make 0 == 1e-45 true and log(1e-40) = -inf.
 def compile_defines():
     """The -D flags every source is compiled with: the tile size of matmul_tiled and the launch geometry."""
     return (f"-DNK_TILE_SIZE={__tile_size__}",) + tuple(f"-D{k}={v}" for k, v in LAUNCH_GEOMETRY.items())
 
 
-_COMPILE_OPTIONS = ("-std=c++17", *compile_defines(), "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+# Division and square root correctly rounded, as numpy computes them. Subnormals are not asked
+# for: cupy appends -ftz=true after the options it is given (see flushes_subnormals).
+_COMPILE_OPTIONS = ("-std=c++17", *compile_defines(), "--prec-div=true", "--prec-sqrt=true")
 
 # Host image of ``struct StridedView`` in strided.cu: eighteen int64, so the
 # numpy layout and the C layout agree without padding rules.
@@ -136,6 +136,15 @@ def is_available():
 def unavailable_reason():
     """Why the CUDA backend cannot run here, as a sentence ('' when it can)."""
     return _probe()[1]
+
+
+def flushes_subnormals():
+    """True where the kernels run on a GPU: there a float32 subnormal that a kernel reads or
+    writes is a zero of its sign, because cupy compiles every kernel with -ftz=true, appended
+    after the caller's options (cupy/cupy#9576), as its own element-wise kernels are. So on a GPU
+    1e-40 == 0 and log(1e-40) = -inf; the host stand-in for cupy keeps subnormals, as numpy does."""
+    cupy = _require("flushes_subnormals")
+    return getattr(cupy, "__name__", "") != "needle_kernels.backend_ndarray.cupy_host"
 
 
 def _require(name):
@@ -522,6 +531,42 @@ def matmul_tiled(a, b, out, m, n, p):
         raise ValueError(f"matmul_tiled: m={m}, n={n}, p={p} must be multiples of the tile size {t}")
     _check_matmul("matmul_tiled", a, b, out, m, n, p)
     _matmul_launch("matmul_tiled", a, b, out, 1, m, n, p)
+
+
+def _transposed(x, rows, cols):
+    """A compact copy of the transpose (cols, rows) of the row-major (rows, cols) x, by strided.cu's
+    compact: one pass over x, after which the product reads row-major operands as fast as ever."""
+    out = Array(rows * cols)
+    _strided("compact", "compact", x, out, (cols, rows), (1, cols), 0)
+    return out
+
+
+def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
+    """out (m, p) = A @ B, where a holds A (m, n) row-major or, when trans_a, the row-major (n, m)
+    array whose transpose A is; likewise b holds B (n, p) or, when trans_b, a (p, n) array.
+    A transposed operand is made row-major first (``_transposed``), then matmul runs."""
+    _require("matmul_t")
+    _check_arrays("matmul_t", a=a, b=b, out=out)
+    m, n, p = _matmul_sizes("matmul_t", m, n, p)
+    _check_matmul("matmul_t", a, b, out, m, n, p)
+    if out.size == 0:
+        return
+    a = _transposed(a, n, m) if trans_a else a
+    b = _transposed(b, p, n) if trans_b else b
+    _matmul_launch("matmul", a, b, out, 1, m, n, p)
+
+
+def matmul_bias(a, b, bias, out, m, n, p):
+    """out (m, p) = a (m, n) @ b (n, p) + bias (p elements) on every row: matmul, then bias_add
+    in place on out."""
+    _require("matmul_bias")
+    _check_arrays("matmul_bias", a=a, b=b, bias=bias, out=out)
+    m, n, p = _matmul_sizes("matmul_bias", m, n, p)
+    _check_matmul("matmul_bias", a, b, out, m, n, p)
+    check_size("matmul_bias", bias, p, f"bias (p={p})")
+    if out.size:
+        _matmul_launch("matmul", a, b, out, 1, m, n, p)
+        _launch(_kernel("bias_add"), *grid_1d(m * p), (out.array, bias.array, out.array, _i64(m), _i64(p)))
 
 
 # ---------------------------------------------------------------- reductions
@@ -1005,3 +1050,31 @@ def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
     if rows:
         _launch(_kernel("lstm_cell_backward"), *grid_1d(rows * hidden),
                 (z.array, c0.array, dh.array, dc.array, dz.array, dc0.array, _i64(rows), _i64(hidden)))
+
+
+# ---------------------------------------------------------------- embeddings
+
+def embedding_gather(weight, ids, out, num_rows, rows, dim):
+    """out (rows, dim) = the rows of weight (num_rows, dim) that ids name (see the reference)."""
+    _require("embedding_gather")
+    _check_arrays("embedding_gather", weight=weight, ids=ids, out=out)
+    num_rows, rows, dim = int(num_rows), int(rows), int(dim)
+    check_embedding("embedding_gather", num_rows, rows, dim, weight, ids, out)
+    check_labels("embedding_gather", ids.array.get(), num_rows)  # the kernel indexes with them
+    if rows:
+        _launch(_kernel("embedding_gather"), *grid_1d(rows * dim),
+                (weight.array, ids.array, out.array, _i64(rows), _i64(dim)))
+
+
+def embedding_scatter(g, ids, out, num_rows, rows, dim):
+    """out (num_rows, dim) = the sum, row n, of the rows of g (rows, dim) whose id is n (see the
+    reference)."""
+    _require("embedding_scatter")
+    _check_arrays("embedding_scatter", g=g, ids=ids, out=out)
+    num_rows, rows, dim = int(num_rows), int(rows), int(dim)
+    check_embedding("embedding_scatter", num_rows, rows, dim, out, ids, g)
+    check_labels("embedding_scatter", ids.array.get(), num_rows)
+    fill(out, 0.0)
+    if rows:
+        _launch(_kernel("embedding_scatter"), *grid_1d(rows * dim),
+                (g.array, ids.array, out.array, _i64(rows), _i64(dim)))
