@@ -21,7 +21,7 @@
 #
 # Variables: OUT (default: a new folder under /tmp), PYTHON (default: the first of .venv/bin/python and
 # python3 that imports cupy, else the first that runs), GPU_CHECK_BUDGET (seconds, default 470),
-# GPU_CHECK_JOBS (pytest-xdist workers per test section; default on a GPU 4 for backend and 8 for
+# GPU_CHECK_JOBS (pytest-xdist workers per test section; default on a GPU 8 for backend and 6 for
 # library, on the CPU 1).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -60,12 +60,14 @@ echo "gpu_check: device $DEVICE, python $PY, logs in $OUT, budget ${BUDGET}s"
 
 has() { "$PY" -c "import $1" >/dev/null 2>&1; }
 
-# seconds a section may take: its cap, less what the sections after it need at least
+# seconds a section may take: its cap, less what the sections after it need at least, but never
+# under its floor (15 s unless given: the build's is the time it takes, since a build cut short
+# leaves every later section without the package)
 limit() {
-    local cap=$1 reserve=$2 left
+    local cap=$1 reserve=$2 floor=${3:-15} left
     left=$((DEADLINE - $(date +%s) - reserve))
     [ "$left" -lt "$cap" ] && cap=$left
-    [ "$cap" -lt 15 ] && cap=15
+    [ "$cap" -lt "$floor" ] && cap=$floor
     echo "$cap"
 }
 
@@ -104,7 +106,7 @@ show() {
 }
 
 # -v: a section stopped at its limit still shows each finished test's outcome
-PYTEST_ARGS=(-p no:cacheprovider -v -rfE --tb=short --durations=10)
+PYTEST_ARGS=(-p no:cacheprovider -p scripts.gpu_check_plugin -v -rfE --tb=short --durations=10)
 has pytest_timeout && PYTEST_ARGS+=(--timeout=120)
 workers() {  # pytest-xdist arguments for N workers (the library has the most tests)
     local n=${GPU_CHECK_JOBS:-$1}
@@ -166,7 +168,7 @@ export -f build_all
 export PY
 # a failed build skips nothing: the CUDA backend is Python and cupy, and its tests still say what they can
 if has Cython && has setuptools; then
-    section build "$(limit 150 280)" bash -c build_all
+    section build "$(limit 150 280 100)" bash -c build_all
 else
     skip build "Cython or setuptools is missing: $("$PY" -c 'import Cython, setuptools' 2>&1 | tail -1)"
 fi
@@ -177,9 +179,9 @@ PHASE=$(limit "$CAP_TESTS" $((CAP_BENCH_BACKEND + CAP_BENCH_MODELS)))
 pids=()
 if has pytest && has hypothesis; then
     # $(workers N) unquoted: it is no word or two
-    section backend "$PHASE" "${PYTEST_ENV[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" $(workers 4) "${BACKEND_TESTS[@]}" &
+    section backend "$PHASE" "${PYTEST_ENV[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" $(workers 8) "${BACKEND_TESTS[@]}" &
     pids+=($!)
-    section library "$PHASE" "${PYTEST_ENV[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" $(workers 8) "${LIBRARY_TESTS[@]}" &
+    section library "$PHASE" "${PYTEST_ENV[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" $(workers 6) "${LIBRARY_TESTS[@]}" &
     pids+=($!)
 else
     missing=$("$PY" -c 'import pytest, hypothesis' 2>&1 | tail -1)
