@@ -102,6 +102,12 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, con
     return 0
 
 
+cdef inline bint _packs_b_strips(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, bint b_trans) noexcept nogil:
+    """Whether _gemm_direct packs B whole into column strips before the product (see there);
+    _direct_fits' rule for deep products asks the same."""
+    return b_trans or (n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS)
+
+
 cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars, Py_ssize_t acs, const float *B,
                       bint b_trans, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, int nt) noexcept nogil:
     """C = A @ B by kern.direct, the threads taking contiguous blocks of rows; A's element (i, k)
@@ -125,7 +131,7 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
     cdef float *work = <float *>nk_aligned_alloc(nt * per_thread * sizeof(float))
     if work == NULL:
         return -1
-    if b_trans or (n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS):
+    if _packs_b_strips(m, n, p, b_trans):
         Bp = <float *>nk_aligned_alloc(n * npan * NR * sizeof(float))
         if Bp == NULL:
             free(work)
@@ -200,10 +206,9 @@ cdef inline bint _direct_fits(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, bint a_t
     # order, and a deep enough product repays keeping C's tile in registers over its whole
     # depth, where the packed kernel reads and writes C again at every KC slice. Not with a
     # transposed A, which the direct kernel gathers 16 rows at a time: there packing A wins.
-    cdef bint strips = b_trans or (n * p > _direct_b and m >= GEMM_DIRECT_PACK_ROWS)
     return (_direct_b > 0 and ((n * p <= _direct_b and p % 1024 != 0) or p <= GEMM_DIRECT_COLS)
             and (_direct_rows == 0 or m < _direct_rows or p <= GEMM_DIRECT_NARROW
-                 or (strips and not a_trans and n >= GEMM_DIRECT_DEEP)))
+                 or (_packs_b_strips(m, n, p, b_trans) and not a_trans and n >= GEMM_DIRECT_DEEP)))
 
 
 cdef inline int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
