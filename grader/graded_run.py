@@ -220,36 +220,32 @@ def execute(nb, workdir, settings, course_root, assignment, notebook, log=None) 
     made = builds(course_root, assignment, ref.declaration, package, log,
                   keep=names_used(_source_notebook(course_root, assignment, notebook)))
     declared = list(ref.declaration["tasks"])
+    # Run A, then run B of each task A could not judge for itself; ``carry`` hands what A's code
+    # compiled on to the Bs, which run the same code.
     with tempfile.TemporaryDirectory(prefix="grader-carry-") as carry:
-        return _runs(nb, workdir, settings, log, ref, env, declared, host, made, carry)
-
-
-def _runs(nb, workdir, settings, log, ref, env, declared, host, made, carry) -> RunResult:
-    """Run A, then run B of each task A could not judge for itself; ``carry`` hands what A's
-    code compiled on to the Bs, which run the same code."""
-    first = run_notebook(nb, workdir, settings, log=log, env={**env, ABSENT_VARIABLE: "*"},
-                         substitutes={host: str(made["*"])}, carry=carry)
-    # which cells ran to the end in A: a stop (time, memory) is final for the cells it cut off
-    stopped = {i for i, c in enumerate(first.nb.cells) if any(
-        o.get("output_type") == "error" and o.get("ename") == "SandboxStopped" for o in c.get("outputs", []))}
-    outcome = judging.judge(first.nb, ref)
-    seconds, reasons = first.seconds, list(first.reasons)
-    for task in declared:
-        if outcome.get(task, True):
-            continue
-        cells = [i for i, c in enumerate(first.nb.cells)
-                 if is_test_cell(c) and judging.task_of(c, declared) == task and i not in stopped]
-        if not cells or all(_own_part_missing(first.nb.cells[i], task) for i in cells
-                            if judging.has_error(first.nb.cells[i])):
-            continue
-        again = run_notebook(_only_task(nb, task, declared), workdir, settings, log=log,
-                             env={**env, ABSENT_VARIABLE: task}, substitutes={host: str(made[task])},
-                             carry=carry)
-        judging.judge(again.nb, ref, cells=set(cells))
-        for index in cells:
-            first.nb.cells[index].outputs = again.nb.cells[index].outputs
-            first.nb.cells[index].execution_count = again.nb.cells[index].execution_count
-        seconds += again.seconds
-        reasons += [f"{task}: {r}" for r in again.reasons]
-    return RunResult(nb=first.nb, reasons=reasons, seconds=seconds, mode=first.mode)
+        first = run_notebook(nb, workdir, settings, log=log, env={**env, ABSENT_VARIABLE: "*"},
+                             substitutes={host: str(made["*"])}, carry=carry)
+        # which cells ran to the end in A: a stop (time, memory) is final for the cells it cut off
+        stopped = {i for i, c in enumerate(first.nb.cells) if any(
+            o.get("output_type") == "error" and o.get("ename") == "SandboxStopped" for o in c.get("outputs", []))}
+        outcome = judging.judge(first.nb, ref)
+        seconds, reasons = first.seconds, list(first.reasons)
+        for task in declared:
+            if outcome.get(task, True):
+                continue
+            cells = [i for i, c in enumerate(first.nb.cells)
+                     if is_test_cell(c) and judging.task_of(c, declared) == task and i not in stopped]
+            if not cells or all(_own_part_missing(first.nb.cells[i], task) for i in cells
+                                if judging.has_error(first.nb.cells[i])):
+                continue
+            again = run_notebook(_only_task(nb, task, declared), workdir, settings, log=log,
+                                 env={**env, ABSENT_VARIABLE: task}, substitutes={host: str(made[task])},
+                                 carry=carry)
+            judging.judge(again.nb, ref, cells=set(cells))
+            for index in cells:
+                first.nb.cells[index].outputs = again.nb.cells[index].outputs
+                first.nb.cells[index].execution_count = again.nb.cells[index].execution_count
+            seconds += again.seconds
+            reasons += [f"{task}: {r}" for r in again.reasons]
+        return RunResult(nb=first.nb, reasons=reasons, seconds=seconds, mode=first.mode)
 

@@ -400,7 +400,8 @@ def check_elementwise(mod, kernel, count=40, seed=0, large=True):
             else:
                 raise LookupError(kernel)
             want = np.asarray(formula(*inputs), np.float32)
-            if getattr(mod, "flushes_subnormals", lambda: False)():  # on a GPU, the answer from flushed inputs, flushed, counts too
+            # on a GPU, the answer from flushed inputs, flushed, counts too
+            if getattr(mod, "flushes_subnormals", lambda: False)():
                 want = nearer(got, want, flushed(formula(*[flushed(x) for x in inputs])))
             _same(got, want, what, **tol)
     a = np.arange(9, dtype=np.float32)

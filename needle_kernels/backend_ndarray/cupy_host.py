@@ -285,7 +285,11 @@ static inline float4 make_float4(float x, float y, float z, float w) { return {x
 static inline float __int_as_float(int bits) { float f; std::memcpy(&f, &bits, sizeof f); return f; }
 static inline int __float_as_int(float f) { int bits; std::memcpy(&bits, &f, sizeof bits); return bits; }
 // Threads run one at a time, so an atomic add is a plain one.
-static inline float atomicAdd(float* address, float value) { const float old = *address; *address = old + value; return old; }
+static inline float atomicAdd(float* address, float value) {
+    const float old = *address;
+    *address = old + value;
+    return old;
+}
 
 // __shared__ arrays are static variables (blocks run one after another, so one copy serves every
 // block), registered the first time their declaration runs and filled with a signalling NaN at
