@@ -230,8 +230,6 @@ def test_matmul_batched_and_tiled(be):
         be.matmul(_put(be, a), _put(be, a), be.Array(m * p), m, n, p)
 
 
-# ---------------------------------------------------------------- reductions
-
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("m,n,p", [(1, 1, 1), (63, 65, 129), (130, 7, 68), (3, 0, 4)])
@@ -265,6 +263,8 @@ def test_embedding_gather_and_scatter(be, num_rows, rows, dim):
         be.embedding_gather(_put(be, table), _put(be, np.full(max(rows, 1), num_rows)), be.Array(max(rows, 1) * dim),
                             num_rows, max(rows, 1), dim)
 
+
+# ---------------------------------------------------------------- reductions
 
 @pytest.mark.parametrize("n_out,r", [(1, 1), (5, 2), (4, 31), (3, 33), (2, 300), (7, 1025)])
 def test_reduce_rows(be, n_out, r):

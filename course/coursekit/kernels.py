@@ -39,6 +39,7 @@ from needle_kernels.backend_ndarray.contract_cases import (SPECIAL_VALUES, Rando
 from needle_kernels.backend_ndarray.device import make_device
 from needle_kernels.backend_ndarray.kernels import REGISTRY, names as kernel_names
 
+from .cuda import is_host
 from .withhold import notebook_namespace
 
 TILE = 8    # __tile_size__ of the package's backends: matmul_tiled's layout
@@ -95,7 +96,6 @@ def device_buffers(cp):
         out.array = cp.asarray(np.full(out.size, bc.check_scalar("fill", val), dtype=np.float32))
 
     # cupy compiles every kernel to flush float32 subnormals to zero; its host stand-in keeps them
-    from .cuda import is_host
     return types.SimpleNamespace(Array=Array, to_numpy=to_numpy, from_numpy=from_numpy, fill=fill,
                                  flushes_subnormals=not is_host(cp))
 

@@ -81,6 +81,8 @@ _CONV_DEPTH = LAUNCH_GEOMETRY["NK_CONV_DEPTH"]
 _MIDDLE_BLOCK = (LAUNCH_GEOMETRY["NK_MIDDLE_LANES"], LAUNCH_GEOMETRY["NK_MIDDLE_ROWS"], 1)
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
+
+
 def compile_defines():
     """The -D flags every source is compiled with: the tile size of matmul_tiled and the launch geometry."""
     return (f"-DNK_TILE_SIZE={__tile_size__}",) + tuple(f"-D{k}={v}" for k, v in LAUNCH_GEOMETRY.items())
