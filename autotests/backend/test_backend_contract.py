@@ -39,27 +39,25 @@ SCALAR = ["scalar_add", "scalar_mul", "scalar_div", "scalar_maximum", "scalar_eq
 UNARY = ["ewise_log", "ewise_exp", "ewise_tanh"]
 
 
+def run(module, fn, inputs, out_size, args, scalar):
+    """fn(*inputs, [scalar,] out, *args) on one module, into an out first filled with -7; out as numpy."""
+    arrays = [put(module, x) for x in inputs]
+    if scalar is not None:
+        arrays.append(scalar)
+    out = module.Array(out_size)
+    module.fill(out, -7.0)
+    getattr(module, fn)(*arrays, out, *args)
+    return get(module, out)
+
+
 def both(backend, ref, fn, inputs, out_size, *args, scalar=None):
     """Run fn(*inputs, [scalar,] out, *args) on both modules; return (backend result, reference result)."""
-    results = []
-    for module in (backend, ref):
-        arrays = [put(module, x) for x in inputs]
-        if scalar is not None:
-            arrays.append(scalar)
-        out = module.Array(out_size)
-        module.fill(out, -7.0)
-        getattr(module, fn)(*arrays, out, *args)
-        results.append(get(module, out))
-    got, want = results
+    got = run(backend, fn, inputs, out_size, args, scalar)
+    want = run(ref, fn, inputs, out_size, args, scalar)
     if getattr(backend, "flushes_subnormals", lambda: False)():
         # the reference on flushed inputs, its result flushed: the other answer a GPU may give
-        arrays = [put(ref, flushed(x)) for x in inputs]
-        if scalar is not None:
-            arrays.append(float(flushed(scalar)) if isinstance(scalar, float) else scalar)
-        out = ref.Array(out_size)
-        ref.fill(out, -7.0)
-        getattr(ref, fn)(*arrays, out, *args)
-        want = nearer(got, want, flushed(get(ref, out)))
+        flushed_scalar = float(flushed(scalar)) if isinstance(scalar, float) else scalar
+        want = nearer(got, want, flushed(run(ref, fn, [flushed(x) for x in inputs], out_size, args, flushed_scalar)))
     return got, want
 
 

@@ -13,8 +13,10 @@ package's ``needle_kernels.backend_ndarray.cupy_host``, which its CUDA backend i
 """
 import os
 
+# is_host(cp): True when cp is the host stand-in rather than cupy on a GPU
+from needle_kernels.backend_ndarray.cupy_host import is_stand_in as is_host
+
 ENV_VAR = "COURSEKIT_CUDA"
-HOST_MODULE = "needle_kernels.backend_ndarray.cupy_host"
 
 _why_host = None
 
@@ -37,7 +39,7 @@ def _real_cupy():
 
 
 def cupy_or_host():
-    """Real cupy when ``cupy.cuda.runtime.getDeviceCount() > 0``, else the host stand-in (``HOST_MODULE``)."""
+    """Real cupy when ``cupy.cuda.runtime.getDeviceCount() > 0``, else the package's host stand-in."""
     global _why_host
     choice = os.environ.get(ENV_VAR, "").strip().lower()
     if choice not in ("", "auto", "gpu", "host"):
@@ -54,11 +56,6 @@ def cupy_or_host():
         _why_host = f"{ENV_VAR}=host"
     from needle_kernels.backend_ndarray import cupy_host
     return cupy_host
-
-
-def is_host(cp):
-    """True when ``cp`` is the host stand-in rather than cupy on a GPU."""
-    return getattr(cp, "__name__", "") == HOST_MODULE
 
 
 def describe(cp):

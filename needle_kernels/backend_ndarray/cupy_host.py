@@ -171,6 +171,11 @@ class ndarray:
                                "(on a GPU: an illegal address, or silently corrupted memory)")
 
 
+def is_stand_in(module):
+    """True when ``module`` (what code uses as cupy) is this stand-in rather than cupy on a GPU."""
+    return getattr(module, "__name__", "") == __name__
+
+
 def empty(shape, dtype=float64):
     """An array of NaN (cupy leaves it uninitialised; NaN makes elements a kernel never writes visible)."""
     return ndarray(shape, dtype)
