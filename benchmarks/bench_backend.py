@@ -418,9 +418,9 @@ def beside_rows():
 def direct_or_packed(cpu, args, threads, rng):
     """Each of the two matmul paths on products with many rows of A (a 3x3 convolution's im2col
     product, 64 and 128 output channels): B read in place by the direct kernel, or packed.
-    Which one the backend takes follows gemm_direct_rule(): from ``rows`` rows on, B is packed
-    unless the product is at most ``narrow`` columns wide; the ratio shows what the rule's
-    choice gains over the other path on this CPU."""
+    Which one the backend takes (gemm_path) follows gemm_direct_rule(): from ``rows`` rows on, B
+    is packed unless the product is at most ``narrow`` columns wide; the ratio shows what the
+    rule's choice gains over the other path on this CPU."""
     rule = cpu.gemm_direct_rule()
     if not rule["rows"]:
         return
@@ -448,7 +448,7 @@ def direct_or_packed(cpu, args, threads, rng):
                 finally:
                     cpu.set_gemm_direct_limit(rule["limit"])
                     cpu.set_gemm_direct_rows(rule["rows"])
-        taken = "direct" if p <= rule["narrow"] else "packed"
+        taken = cpu.gemm_path(m, n, p)
         other = "packed" if taken == "direct" else "direct"
         rates = {path: 2.0 * m * n * p / t / 1e9 for path, t in times.items()}
         print(f"{f'{m}x{n}x{p} (GFLOP/s)':<34} {rates['direct']:>9.1f} {rates['packed']:>9.1f} {taken:>7} "

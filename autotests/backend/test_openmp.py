@@ -161,21 +161,38 @@ def test_gemm_direct_limit_is_checked(cpu):
         cpu.set_gemm_direct_limit(-1)
 
 
-@pytest.mark.parametrize("m, n, p", [(47, 70, 100), (48, 70, 100), (48, 70, 64), (300, 70, 65), (16, 70, 400),
-                                     (100, 1023, 100), (100, 1024, 100), (70, 1100, 130)])
+# the path each product takes with A and B as they are, A given as its transpose's rows, and B so
+# (B's in-place limit 131072 floats, 48 rows, two threads)
+PATHS = {(47, 70, 100): ("direct", "direct", "direct"),
+         (48, 70, 100): ("packed", "packed", "packed"),
+         (48, 70, 64): ("direct", "direct", "direct"),
+         (300, 70, 65): ("packed", "packed", "packed"),
+         (16, 70, 400): ("direct", "direct", "direct"),
+         (100, 1023, 100): ("packed", "packed", "packed"),
+         (100, 1024, 100): ("packed", "packed", "direct"),
+         (70, 1100, 130): ("direct", "packed", "direct"),
+         (16, 2048, 40): ("direct", "ksplit", "direct"),
+         (4, 4, 4): ("small", "small", "small")}
+
+
+@pytest.mark.parametrize("m, n, p", list(PATHS))
 def test_products_on_either_side_of_the_direct_row_limit(cpu, m, n, p):
     """Under a row limit of 48 (Zen 3's row has one), a product of 48 rows or more and more than
     64 columns takes the packed kernel, the others read B in place, and one 1024 deep or more
-    whose B is packed into strips (given as its transpose's rows) takes the direct kernel unless
-    A is transposed: each is right, with each operand given as itself or as its transpose's
-    rows."""
+    whose B is packed into strips (given as its transpose's rows, or over the in-place limit)
+    takes the direct kernel unless A is transposed; a transposed A of few rows and great depth
+    splits the depth among the threads. gemm_path says which kernel each takes, and each is
+    right, with each operand given as itself or as its transpose's rows."""
     rng = np.random.default_rng(m + p)
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
-    old = cpu.set_gemm_direct_rows(48)
+    old_rows, old_limit, old_threads = cpu.set_gemm_direct_rows(48), cpu.set_gemm_direct_limit(131072), \
+        cpu.get_num_threads()
+    cpu.set_num_threads(2)
     try:
         rule = cpu.gemm_direct_rule()
         assert (rule["rows"], rule["narrow"], rule["deep"]) == (48, 64, 1024), rule
-        for ta, tb in ((False, False), (True, False), (False, True)):
+        for (ta, tb), path in zip(((False, False), (True, False), (False, True)), PATHS[m, n, p]):
+            assert cpu.gemm_path(m, n, p, ta, tb) == path, f"transposed {ta, tb}"
             out = cpu.Array(m * p)
             cpu.fill(out, np.nan)
             cpu.matmul_t(put(cpu, np.ascontiguousarray(a.T) if ta else a),
@@ -183,7 +200,9 @@ def test_products_on_either_side_of_the_direct_row_limit(cpu, m, n, p):
             np.testing.assert_allclose(get(cpu, out).reshape(m, p), a @ b, rtol=1e-4, atol=1e-4 * n**0.5,
                                        err_msg=f"transposed {ta, tb}")
     finally:
-        assert cpu.set_gemm_direct_rows(old) == 48
+        cpu.set_num_threads(old_threads)
+        assert cpu.set_gemm_direct_limit(old_limit) == 131072
+        assert cpu.set_gemm_direct_rows(old_rows) == 48
 
 
 @pytest.mark.parametrize("bad, match", [(-1, "rows must be >= 0"), (2.5, "rows")])

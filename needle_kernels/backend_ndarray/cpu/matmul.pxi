@@ -211,6 +211,36 @@ cdef inline bint _direct_fits(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, bint a_t
                  or (_packs_b_strips(m, n, p, b_trans) and not a_trans and n >= GEMM_DIRECT_DEEP)))
 
 
+cdef enum:
+    PATH_SMALL, PATH_KSPLIT, PATH_DIRECT, PATH_PACKED
+
+GEMM_PATHS = ("small", "ksplit", "direct", "packed")  # gemm_path()'s names, by PATH_* value
+
+
+cdef inline int _gemm_path(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, bint a_trans, bint b_trans,
+                           int nt) noexcept nogil:
+    """The kernel a product of m x n by n x p takes (either operand stored transposed): the one
+    rule _gemm_bias and matmul_t follow, and gemm_path() reports."""
+    if (a_trans and not b_trans and nt > 1 and m < GEMM_DIRECT_PACK_ROWS and n >= GEMM_KSPLIT_DEPTH
+            and n >= 2 * (m + p) and _direct_b > 0):
+        return PATH_KSPLIT
+    if m * n * p <= GEMM_SMALL:
+        return PATH_SMALL
+    if _direct_fits(m, n, p, a_trans, b_trans):
+        return PATH_DIRECT
+    return PATH_PACKED
+
+
+def gemm_path(m, n, p, trans_a=False, trans_b=False):
+    """Which kernel matmul (or matmul_t, with an operand stored transposed) takes for an m x n by
+    n x p product on this CPU with the current rule and threads: "small", "ksplit" (a transposed A
+    of few rows and great depth, the depth split among the threads), "direct" or "packed"."""
+    m, n, p = _check_dims("gemm_path", (("m", m), ("n", n), ("p", p)))
+    cdef Py_ssize_t cm = m, cn = n, cp = p
+    return GEMM_PATHS[_gemm_path(cm, cn, cp, bool(trans_a), bool(trans_b),
+                                 _team(2 * cm * cn * cp // MATMUL_FLOPS_PER_ELEMENT))]
+
+
 cdef inline int _gemm(const float *A, const float *B, float *C, Py_ssize_t m, Py_ssize_t n, Py_ssize_t p,
                       int nt) noexcept nogil:
     """C (m, p) = A (m, n) @ B (n, p), row-major; returns -1 when out of memory."""
@@ -232,14 +262,15 @@ cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C,
     cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
     cdef float *Bp
     cdef float *Ap_all
-    cdef int err = 0
+    cdef int err = 0, path
     if m == 0 or p == 0:
         return 0
+    path = _gemm_path(m, n, p, False, False, nt)
     if n == 0:
         memset(C, 0, m * p * sizeof(float))
-    elif m * n * p <= GEMM_SMALL:
+    elif path == PATH_SMALL:
         _gemm_small(A, B, C, m, n, p)
-    elif _direct_fits(m, n, p, False, False):
+    elif path == PATH_DIRECT:
         err = _gemm_direct(kern, A, n, 1, B, False, C, m, n, p, nt)
     else:
         # the packed kernel adds the bias as it stores each tile of C
@@ -396,15 +427,15 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
     cdef float *At = NULL
     cdef float *Bt = NULL
+    cdef int path = _gemm_path(cm, cn, cp, ta, tb, nt)
     with nogil:
         if not ta and not tb:
             err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
-        elif (ta and not tb and nt > 1 and cm < GEMM_DIRECT_PACK_ROWS and cn >= GEMM_KSPLIT_DEPTH
-              and cn >= 2 * (cm + cp) and _direct_b > 0):
+        elif path == PATH_KSPLIT:
             err = _gemm_direct_ksplit(kern, A.data, 1, cm, B.data, O.data, cm, cn, cp, nt)
-        elif cm * cn * cp > GEMM_SMALL and _direct_fits(cm, cn, cp, ta, tb):
+        elif path == PATH_DIRECT:
             err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
-        elif cm * cn * cp > GEMM_SMALL:  # the packed kernel packs a transposed A or B as it is
+        elif path == PATH_PACKED:  # the packed kernel packs a transposed A or B as it is
             err = _gemm_packed(kern, A.data, ta, B.data, tb, O.data, cm, cn, cp, nt, NULL)
         else:  # the small kernel takes row-major operands: a transposed copy first
             if ta:
