@@ -40,7 +40,7 @@ TABLE = (
      Tuning("AMD Zen 4", "avx512", kc=256, mc=192, band=512,
             source="measured on an AMD EPYC (Zen 4) with benchmarks/bench_blocking.py")),
     ("AuthenticAMD", 0x1A, None, Tuning("AMD Zen 5", "avx512")),
-    ("AuthenticAMD", 0x19, None, Tuning("AMD Zen 3", "avx2", kc=256, mc=192, band=512, direct_rows=384,
+    ("AuthenticAMD", 0x19, None, Tuning("AMD Zen 3", "avx2", kc=256, mc=192, band=512, direct_rows=192,
                                         source="measured on an AMD EPYC (Zen 3) with benchmarks/bench_blocking.py")),
     ("AuthenticAMD", 0x17, None, Tuning("AMD Zen 1/2", "avx2")),
     ("GenuineIntel", 6, {0x8F, 0xCF, 0xAD, 0xAE}, Tuning("Intel Sapphire/Emerald/Granite Rapids", "avx512")),
