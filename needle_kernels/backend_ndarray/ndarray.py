@@ -582,7 +582,10 @@ class NDArray:
     def __iadd__(self, other):
         """``self += other`` in place, as numpy: ``other`` broadcasts to this array's shape."""
         dev = self._device
-        if type(other) is NDArray and other._device is dev and other._shape == self._shape and self.is_compact():
+        # (_compact_size first: the exact row-major layout every operation makes, cached per array;
+        # is_compact() recomputes a product and a stride walk, for each adjoint add_n sums)
+        if type(other) is NDArray and other._device is dev and other._shape == self._shape and (
+                self._compact_size() >= 0 or self.is_compact()):
             # element-wise kernels read a[i] before they write out[i], so out may be a
             dev.ewise_add(self._handle, other.compact()._handle, self._handle)
             return self
