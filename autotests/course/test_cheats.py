@@ -1,9 +1,10 @@
 """Cheats a student who wants marks without the work might try, graded like any submission.
 
-One class of hw1 submissions is graded with ``grader autograde -j 2`` in the sandbox: the
-instructor's solution, and one submission per cheat, each the solution with one task's
-solution cell replaced by the cheat. Each cheat earns nothing for the task it attacks (or
-leaves a note for the instructor) and costs nothing elsewhere:
+One class of hw1 submissions is graded with ``grader autograde -j 2`` in the sandbox: one
+submission per cheat, each the instructor's solution with one task's solution cell replaced by
+the cheat. Each cheat earns nothing for the task it attacks (or leaves a note for the
+instructor) and keeps every other cell's points, which the solution earns in full
+(``test_own_work.py`` proves it on the same grading):
 
 * ``kit_patched``: the grading kit rewritten so that every test scope runs the package's
   code and every check passes, then the package's classes imported;
@@ -249,7 +250,7 @@ def submission(source, changes):
 def grade(root):
     course, home = class_course(root, AID)
     source = nbformat.read(ASSIGNMENTS / AID / f"{AID}.ipynb", as_version=4)
-    submit(course, AID, {"honest": source, **{student: submission(source, changes) for student, changes in CHEATS.items()},
+    submit(course, AID, {**{student: submission(source, changes) for student, changes in CHEATS.items()},
                          "partial": submission(source, {"hw1_t2": lambda old: old.replace(*ONE_AXIS_GRADIENT)})})
     grader(["autograde", AID, "-j", "2"], course, home, timeout=3000)
     export = course / "grades.csv"
@@ -262,27 +263,14 @@ def graded(tmp_path_factory):
     return run_once(tmp_path_factory, "cheats_hw1", lambda: grade(tmp_path_factory.mktemp("cheats_hw1")))
 
 
-def by_task(cells):
-    out = {}
-    for grade_id, points in cells.items():
-        if not grade_id.startswith("_"):
-            out[task_of(grade_id)] = out.get(task_of(grade_id), 0) + points
-    return out
-
-
-@pytest.mark.slow
-def test_the_honest_solution_earns_every_point(graded):
-    honest = by_task(graded["scores"]["honest"])
+def full_points():
+    """{grade id: points} of hw1's graded cells: what the solution earns."""
     source = nbformat.read(ASSIGNMENTS / AID / f"{AID}.ipynb", as_version=4)
-    full = {}
-    for cell in source.cells:
-        if meta(cell).get("grade") and not meta(cell).get("solution"):
-            task = task_of(meta(cell)["grade_id"])
-            full[task] = full.get(task, 0) + meta(cell)["points"]
-    assert honest == full
+    return {meta(c)["grade_id"]: float(meta(c)["points"]) for c in source.cells
+            if meta(c).get("grade")}
 
 
-# the test cells each cheat attacks: every other cell scores as the honest solution's
+# the test cells each cheat attacks: every other cell keeps its full points
 ATTACKED = {"helpers": ("hw1_t1_tests_relu", "hw1_t3_tests", "hw1_t6_tests_nn_epoch")}
 # a grading kit rewritten for the whole process fails every test that runs after it too
 SPILLS = {"kit_patched", "forged_reports"}
@@ -291,12 +279,9 @@ SPILLS = {"kit_patched", "forged_reports"}
 @pytest.mark.slow
 @pytest.mark.parametrize("student", sorted(CHEATS))
 def test_a_cheat_earns_nothing_for_the_task_it_attacks(student, graded):
-    scores = graded["scores"]
-    honest, cheat = scores["honest"], scores[student]
-    attacked = ATTACKED.get(student) or [g for g in honest if task_of(g) in CHEATS[student]]
-    for grade_id, points in honest.items():
-        if grade_id.startswith("_"):
-            continue
+    full, cheat = full_points(), graded["scores"][student]
+    attacked = ATTACKED.get(student) or [g for g in full if task_of(g) in CHEATS[student]]
+    for grade_id, points in full.items():
         if grade_id in attacked:
             assert cheat[grade_id] == 0, f"{student} earns {cheat[grade_id]} of {points} for {grade_id}"
         elif student in SPILLS:
@@ -304,14 +289,14 @@ def test_a_cheat_earns_nothing_for_the_task_it_attacks(student, graded):
         else:
             assert cheat[grade_id] == points, f"{student} loses points on {grade_id}, which it did not touch"
     report_figure(f"hw1 cheat {student}: {sum(cheat[g] for g in attacked)} of "
-                  f"{sum(honest[g] for g in attacked)} points on the cells it attacks ({', '.join(attacked)})")
+                  f"{sum(full[g] for g in attacked)} points on the cells it attacks ({', '.join(attacked)})")
 
 
 @pytest.mark.slow
 def test_a_test_of_cases_gives_the_share_of_cases_right(graded):
     """hw1's summation test awards its point per case: six of seven right earn 6/7 of it, named."""
-    honest, partial = graded["scores"]["honest"], graded["scores"]["partial"]
+    full, partial = full_points(), graded["scores"]["partial"]
     assert partial["hw1_t2_tests_summation"] == pytest.approx(6 / 7, abs=1e-6)
     assert {g: p for g, p in partial.items() if g != "hw1_t2_tests_summation" and not g.startswith("_")} == \
-        {g: p for g, p in honest.items() if g != "hw1_t2_tests_summation" and not g.startswith("_")}
+        {g: p for g, p in full.items() if g != "hw1_t2_tests_summation"}
     report_figure(f"hw1 partial credit: {partial['hw1_t2_tests_summation']:.4f} of 1 point for 6 of 7 summation cases")
