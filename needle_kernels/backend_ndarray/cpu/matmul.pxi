@@ -427,31 +427,33 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
     cdef float *At = NULL
     cdef float *Bt = NULL
-    cdef int path = _gemm_path(cm, cn, cp, ta, tb, nt)
+    cdef int path
     with nogil:
-        if not ta and not tb:
+        if not ta and not tb:  # _gemm follows the same rule
             err = _gemm(A.data, B.data, O.data, cm, cn, cp, nt)
-        elif path == PATH_KSPLIT:
-            err = _gemm_direct_ksplit(kern, A.data, 1, cm, B.data, O.data, cm, cn, cp, nt)
-        elif path == PATH_DIRECT:
-            err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
-        elif path == PATH_PACKED:  # the packed kernel packs a transposed A or B as it is
-            err = _gemm_packed(kern, A.data, ta, B.data, tb, O.data, cm, cn, cp, nt, NULL)
-        else:  # the small kernel takes row-major operands: a transposed copy first
-            if ta:
-                At = <float *>nk_aligned_alloc(cm * cn * sizeof(float))
-            if tb:
-                Bt = <float *>nk_aligned_alloc(cn * cp * sizeof(float))
-            if (ta and At == NULL) or (tb and Bt == NULL):
-                err = -1
-            else:
+        else:
+            path = _gemm_path(cm, cn, cp, ta, tb, nt)
+            if path == PATH_KSPLIT:
+                err = _gemm_direct_ksplit(kern, A.data, 1, cm, B.data, O.data, cm, cn, cp, nt)
+            elif path == PATH_DIRECT:
+                err = _gemm_direct(kern, A.data, 1 if ta else cn, cm if ta else 1, B.data, tb, O.data, cm, cn, cp, nt)
+            elif path == PATH_PACKED:  # the packed kernel packs a transposed A or B as it is
+                err = _gemm_packed(kern, A.data, ta, B.data, tb, O.data, cm, cn, cp, nt, NULL)
+            else:  # the small kernel takes row-major operands: a transposed copy first
                 if ta:
-                    _transpose_into(A.data, At, cn, cm)
+                    At = <float *>nk_aligned_alloc(cm * cn * sizeof(float))
                 if tb:
-                    _transpose_into(B.data, Bt, cp, cn)
-                err = _gemm(At if ta else A.data, Bt if tb else B.data, O.data, cm, cn, cp, nt)
-            free(At)
-            free(Bt)
+                    Bt = <float *>nk_aligned_alloc(cn * cp * sizeof(float))
+                if (ta and At == NULL) or (tb and Bt == NULL):
+                    err = -1
+                else:
+                    if ta:
+                        _transpose_into(A.data, At, cn, cm)
+                    if tb:
+                        _transpose_into(B.data, Bt, cp, cn)
+                    err = _gemm(At if ta else A.data, Bt if tb else B.data, O.data, cm, cn, cp, nt)
+                free(At)
+                free(Bt)
     if err:
         raise MemoryError("matmul_t: cannot allocate packing buffers")
 
