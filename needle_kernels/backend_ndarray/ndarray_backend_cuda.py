@@ -599,10 +599,10 @@ def _rows_launch(op, a, out, n_out, reduce_size):
 
 
 def _rows_kernel(op, a, out, n_out, reduce_size, parts):
-    # One block per output (row or part of a row): as many threads as it has elements,
-    # rounded up to whole warps, at most THREADS.
-    run = -(-int(reduce_size) // parts)
-    threads = min(THREADS, max(32, 1 << (run - 1).bit_length()))
+    # One block per output (row or part of a row): a thread per four of its elements (the
+    # kernel loads float4s), rounded up to whole warps, at most THREADS.
+    quads = -(-int(reduce_size) // parts) // 4 + 1
+    threads = min(THREADS, max(32, 1 << (quads - 1).bit_length()))
     grid = (min(n_out * parts, MAX_BLOCKS), 1, 1)
     _launch(_kernel(f"reduce_{op}_rows"), grid, (threads, 1, 1),
             (a.array, out.array, _i64(n_out), _i64(reduce_size), _i64(parts)))

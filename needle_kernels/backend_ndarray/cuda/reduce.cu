@@ -2,9 +2,10 @@
 //
 // reduce_*_rows: a (n_out, R) reduced over its contiguous last axis. One
 //   block per output row (grid-stride over rows), or per part of a row where
-//   the rows are few and long: threads stride along the row (coalesced), then
-//   the block combines its partial results with warp shuffles and one
-//   shared-memory exchange between warps.
+//   the rows are few and long: threads stride along the row (coalesced), four
+//   floats a load from the first 16-byte boundary on (a row starts on one only
+//   where R is a multiple of 4), then the block combines its partial results
+//   with warp shuffles and one shared-memory exchange between warps.
 // reduce_*_middle: a (outer, R, inner) reduced over the middle axis. 32
 //   threads in x cover 32 neighbouring outputs along inner, so every load
 //   of a warp is one contiguous 128-byte line; 8 rows of threads in y split
@@ -69,9 +70,24 @@ __device__ __forceinline__ void reduce_rows(const float* a, float* out, index_t 
     for (index_t piece = blockIdx.x; piece < n_out * parts; piece += gridDim.x) {
         const index_t o = piece / parts, q = piece % parts;
         const float* row = a + o * R;
+        const index_t begin = q * run < R ? q * run : R;
         const index_t end = (q + 1) * run < R ? (q + 1) * run : R;
+        const float* run_start = row + begin;
+        const index_t len = end - begin;
+        // the floats before the first 16-byte boundary, the float4s from it, the rest
+        index_t head = (4 - (index_t)((unsigned long long)run_start / sizeof(float) % 4)) % 4;
+        head = head < len ? head : len;
+        const index_t quads = (len - head) / 4;
+        const float4* body = reinterpret_cast<const float4*>(run_start + head);
         float acc = Op::identity();
-        for (index_t r = q * run + threadIdx.x; r < end; r += blockDim.x) acc = op(acc, row[r]);
+        for (index_t r = threadIdx.x; r < head; r += blockDim.x) acc = op(acc, run_start[r]);
+        // unrolled so that a thread has several loads in flight before it adds
+#pragma unroll 4
+        for (index_t i = threadIdx.x; i < quads; i += blockDim.x) {
+            const float4 x = body[i];
+            acc = op(acc, op(op(x.x, x.y), op(x.z, x.w)));
+        }
+        for (index_t r = head + 4 * quads + threadIdx.x; r < len; r += blockDim.x) acc = op(acc, run_start[r]);
         acc = block_reduce(acc, op);
         if (threadIdx.x == 0) out[piece] = acc;
     }
