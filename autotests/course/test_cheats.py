@@ -34,6 +34,8 @@ sys.path.insert(0, str(REPO / "autotests"))
 from figures import report_figure  # noqa: E402
 from grader_testkit import gradebook_scores, grader, run_once  # noqa: E402
 
+from test_own_work import points  # noqa: E402  (what the solution earns, cell by cell)
+
 AID = "hw1"
 
 KIT_PATCHED = '''import contextlib
@@ -263,13 +265,6 @@ def graded(tmp_path_factory):
     return run_once(tmp_path_factory, "cheats_hw1", lambda: grade(tmp_path_factory.mktemp("cheats_hw1")))
 
 
-def full_points():
-    """{grade id: points} of hw1's graded cells: what the solution earns."""
-    source = nbformat.read(ASSIGNMENTS / AID / f"{AID}.ipynb", as_version=4)
-    return {meta(c)["grade_id"]: float(meta(c)["points"]) for c in source.cells
-            if meta(c).get("grade")}
-
-
 # the test cells each cheat attacks: every other cell keeps its full points
 ATTACKED = {"helpers": ("hw1_t1_tests_relu", "hw1_t3_tests", "hw1_t6_tests_nn_epoch")}
 # a grading kit rewritten for the whole process fails every test that runs after it too
@@ -279,15 +274,15 @@ SPILLS = {"kit_patched", "forged_reports"}
 @pytest.mark.slow
 @pytest.mark.parametrize("student", sorted(CHEATS))
 def test_a_cheat_earns_nothing_for_the_task_it_attacks(student, graded):
-    full, cheat = full_points(), graded["scores"][student]
+    full, cheat = points(AID), graded["scores"][student]
     attacked = ATTACKED.get(student) or [g for g in full if task_of(g) in CHEATS[student]]
-    for grade_id, points in full.items():
+    for grade_id, worth in full.items():
         if grade_id in attacked:
-            assert cheat[grade_id] == 0, f"{student} earns {cheat[grade_id]} of {points} for {grade_id}"
+            assert cheat[grade_id] == 0, f"{student} earns {cheat[grade_id]} of {worth} for {grade_id}"
         elif student in SPILLS:
-            assert cheat[grade_id] <= points, f"{student} gains on {grade_id}"
+            assert cheat[grade_id] <= worth, f"{student} gains on {grade_id}"
         else:
-            assert cheat[grade_id] == points, f"{student} loses points on {grade_id}, which it did not touch"
+            assert cheat[grade_id] == worth, f"{student} loses points on {grade_id}, which it did not touch"
     report_figure(f"hw1 cheat {student}: {sum(cheat[g] for g in attacked)} of "
                   f"{sum(full[g] for g in attacked)} points on the cells it attacks ({', '.join(attacked)})")
 
@@ -295,7 +290,7 @@ def test_a_cheat_earns_nothing_for_the_task_it_attacks(student, graded):
 @pytest.mark.slow
 def test_a_test_of_cases_gives_the_share_of_cases_right(graded):
     """hw1's summation test awards its point per case: six of seven right earn 6/7 of it, named."""
-    full, partial = full_points(), graded["scores"]["partial"]
+    full, partial = points(AID), graded["scores"]["partial"]
     assert partial["hw1_t2_tests_summation"] == pytest.approx(6 / 7, abs=1e-6)
     assert {g: p for g, p in partial.items() if g != "hw1_t2_tests_summation" and not g.startswith("_")} == \
         {g: p for g, p in full.items() if g != "hw1_t2_tests_summation"}
