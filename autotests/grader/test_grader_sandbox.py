@@ -2,6 +2,7 @@
 results, and later cells score 0 with the reason in their output."""
 
 import os
+import subprocess
 import sys
 
 import nbformat
@@ -125,6 +126,12 @@ def test_a_carried_cache_brings_a_compiled_cell_to_the_next_run_and_nothing_else
     kept = sorted(p.relative_to(carry).as_posix() for p in carry.rglob("*") if p.is_file() or p.is_symlink())
     assert not any(name.endswith(("link", "fifo")) for name in kept)
     assert any(name.startswith("cache/ipython/cython/") and name.endswith(".so") for name in kept)
+    # compiled without debug information, which no graded run reads
+    for name in kept:
+        if name.endswith(".so"):
+            sections = subprocess.run(["readelf", "-S", str(carry / name)], capture_output=True, text=True,
+                                      check=True).stdout
+            assert ".text" in sections and ".debug_info" not in sections, name
 
     # the next run finds the module before its cell runs, and the cell loads it
     second = notebook(built, "%load_ext Cython", cell, "print(triple(5))")
