@@ -9,6 +9,9 @@ the same dotted name. Flags:
   is one vector instruction instead of a library call that stops the loop from
   vectorizing (bench_backend's adam_update row: 22 GB/s before, 124 after; a
   function attribute meant to do the same had no effect).
+* ``-g0``: Python's own CFLAGS ask for debug information, which nothing here reads;
+  writing it lengthens the build and quintuples the modules' size (benchmarks/README.md).
+  Debug information changes no generated code.
 * Portable by default: no ``-march`` flag, so the module runs on any x86-64.
   The hot loops still use AVX2+FMA or AVX-512 where the CPU has them: the C
   headers next to ``ndarray_backend_cpu.pyx`` compile them once per
@@ -25,12 +28,12 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-compile_args = ["-O3", "-fopenmp", "-fno-math-errno"]
+compile_args = ["-O3", "-fopenmp", "-fno-math-errno", "-g0"]
 link_args = ["-fopenmp"]
 if os.environ.get("NK_NATIVE", "0") not in ("", "0"):
     compile_args.append("-march=native")
 if sys.platform == "darwin":  # Apple clang needs libomp and the preprocessor form of the flag
-    compile_args = ["-O3", "-Xpreprocessor", "-fopenmp", "-fno-math-errno"]
+    compile_args = ["-O3", "-Xpreprocessor", "-fopenmp", "-fno-math-errno", "-g0"]
     link_args = ["-lomp"]
 
 extensions = []
