@@ -141,7 +141,9 @@ def main() -> int:
                  error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
                                    "traceback": ["\x1b[0;31mCellTimeoutError\x1b[0m: No reply from "
                                                  f"kernel before timeout ({spec['cell_timeout']} s)"]},
-                 resources=resources)
+                 # the outputs are in once the last cell replies: a graceful shutdown only waits
+                 # for the kernel to wind down, for up to seconds a run, in a sandbox that is discarded
+                 shutdown_kernel="immediate", resources=resources)
     save()
     try:
         with ep.setup_kernel(cwd=workdir):
