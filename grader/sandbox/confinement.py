@@ -63,8 +63,8 @@ class Confinement:
             "NBGRADER_EXECUTION": "autograde", "JUPYTER_PLATFORM_DIRS": "1",
             # one BLAS thread: threads count against the process limit and the cores are shared
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            # %%cython compiles with Python's own CFLAGS, which ask for debug information: a graded
-            # run never reads it, and writing it costs a third of every compile (added flags come last)
+            # %%cython compiles with Python's own CFLAGS, which ask for debug information: no graded run
+            # reads it, and writing it lengthens every compile (benchmarks/README.md); these come last
             "CFLAGS": "-g0",
         }
         if self.packages:

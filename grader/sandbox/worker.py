@@ -141,8 +141,8 @@ def main() -> int:
                  error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
                                    "traceback": ["\x1b[0;31mCellTimeoutError\x1b[0m: No reply from "
                                                  f"kernel before timeout ({spec['cell_timeout']} s)"]},
-                 # the outputs are in once the last cell replies: a graceful shutdown only waits
-                 # for the kernel to wind down, for up to seconds a run, in a sandbox that is discarded
+                 # the outputs are in once the last cell replies; a graceful shutdown would only wait
+                 # for the kernel to wind down in a sandbox that is thrown away next
                  shutdown_kernel="immediate", resources=resources)
     save()
     try:
