@@ -18,6 +18,7 @@ ASSIGNMENTS ?= all
 JOBS   ?= 2
 TORCH  ?= auto
 BIN    := $(VENV)/bin
+KERNELSPEC := $(VENV)/share/jupyter/kernels/python3/kernel.json
 # No browser is launched when there is no display to show it on.
 OPEN_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
 # Containers and cloud images often log in as root, which JupyterLab refuses without this flag.
@@ -25,7 +26,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: setup lab hub hub-users test test-fast bench book clean torch-reference labextension
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(KERNELSPEC)
 	@$(BIN)/python setup.py -q build_ext --inplace -j 2 >/dev/null
 	@$(BIN)/python -c "import needle_kernels.backend_ndarray as nd; print('needle_kernels ready:', [str(d) + (' (enabled)' if d.enabled() else ' (disabled)') for d in nd.all_devices()])"
 
@@ -35,7 +36,6 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
 	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,course,distributed,onnx,hub,book]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" >/dev/null
 	@# the term in JupyterLab's assignment list: pyproject.toml's data-files install these from a
 	@# wheel, but setuptools' editable installs skip data-files, so they are put in place here
 	@# (the bundle linked, as `jupyter labextension develop` does)
@@ -44,6 +44,14 @@ $(VENV)/.installed: pyproject.toml setup.py environment.yml scripts/install_syst
 	rm -rf $(VENV)/share/jupyter/labextensions/grader-term
 	ln -s $(abspath grader/jupyter/labextensions/grader-term) $(VENV)/share/jupyter/labextensions/grader-term
 	@touch $@
+
+# The course's kernel, which JupyterLab, the hub and the tests start. `%%cython` compiles with
+# Python's own CFLAGS (-O3 among them), or with $CFLAGS in their place where it is set. Python's ask
+# for debug information, which no notebook reads and which lengthens every compile
+# (benchmarks/README.md): so the kernel's CFLAGS are Python's, then -g0, as in the grader's sandbox.
+$(KERNELSPEC): $(VENV)/.installed Makefile
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (needle_kernels)" \
+		--env CFLAGS "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "", "-g0")')" >/dev/null
 
 lab: setup
 	@$(if $(ALLOW_ROOT),echo "running as root: JupyterLab is started with --allow-root",true)

@@ -111,7 +111,10 @@ def test_a_carried_cache_brings_a_compiled_cell_to_the_next_run_and_nothing_else
     secret.write_text("the grader's own file")
     work, carry = tmp_path / "work", tmp_path / "carry"
     work.mkdir()
-    cell = "%%cython\ndef triple(int x):\n    return 3 * x"
+    # compiled with Python's own optimisation (and NDEBUG), or the cell does not compile
+    cell = ('%%cython\ncdef extern from *:\n    """\n    #if !defined(__OPTIMIZE__) || !defined(NDEBUG)\n'
+            '    #error not compiled with Python\'s own flags\n    #endif\n    """\n'
+            "def triple(int x):\n    return 3 * x")
     built = ("import glob, os\nprint(sorted(os.path.basename(p) for p in glob.glob("
              "os.environ['XDG_CACHE_HOME'] + '/ipython/cython/*.so')))")
     # a compiler writes files of several MiB

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,9 +64,11 @@ class Confinement:
             "NBGRADER_EXECUTION": "autograde", "JUPYTER_PLATFORM_DIRS": "1",
             # one BLAS thread: threads count against the process limit and the cores are shared
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            # %%cython compiles with Python's own CFLAGS, which ask for debug information: no graded run
-            # reads it, and writing it lengthens every compile (benchmarks/README.md); these come last
-            "CFLAGS": "-g0",
+            # %%cython compiles with Python's own CFLAGS (-O3 among them), or with $CFLAGS in their
+            # place where it is set. Python's ask for debug information, which no graded run reads
+            # and which lengthens every compile (benchmarks/README.md): so Python's flags, then -g0.
+            # The course's kernel spec sets the same (Makefile).
+            "CFLAGS": f"{sysconfig.get_config_var('CFLAGS') or ''} -g0".strip(),
         }
         if self.packages:
             env["PYTHONPATH"] = UNSHARE_PACKAGES_MOUNT if self.mode == "unshare" else PACKAGES_MOUNT
