@@ -119,9 +119,10 @@ def test_thread_count_does_not_change_results(cpu):
 @pytest.mark.parametrize("limit", [1 << 40, 1, 0], ids=["direct", "direct-strips", "packed"])
 def test_every_gemm_kernel(cpu, m, n, p, limit):
     """Each instruction set's packed and direct kernels (B in place, or packed into strips when
-    it is over the limit and A has 64 rows or more; a deep product of a transposed A split by
-    depth among the threads), on 1 and 2 threads, with rows and columns that leave partial
-    tiles; without and with a bias (matmul_bias)."""
+    it is over the limit and A has 64 rows or more, and then taken a block of its depth at a
+    time: 64 deep under a limit of 1 float, the last block partial; a deep product of a
+    transposed A split by depth among the threads), on 1 and 2 threads, with rows and columns
+    that leave partial tiles; without and with a bias (matmul_bias)."""
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((n, p)).astype(np.float32)
     bias = rng.standard_normal(p).astype(np.float32)

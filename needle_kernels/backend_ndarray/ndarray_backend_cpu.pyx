@@ -142,8 +142,8 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
                                  const float *Bp, float *C, Py_ssize_t ldc, int add,
                                  const float *bias) noexcept nogil
     ctypedef void (*nk_direct_fn)(Py_ssize_t m, Py_ssize_t n, Py_ssize_t p, const float *A, Py_ssize_t ars,
-                                  Py_ssize_t acs, const float *B, const float *Bp, float *C,
-                                  float *work) noexcept nogil
+                                  Py_ssize_t acs, const float *B, const float *Bp, Py_ssize_t kd,
+                                  float *C, float *work) noexcept nogil
     ctypedef void (*nk_conv_fn)(Py_ssize_t nseg, Py_ssize_t seglen, const float *const *rows, const float *B,
                                 Py_ssize_t ldb, float *C, Py_ssize_t ldc, Py_ssize_t mr, Py_ssize_t nr) noexcept nogil
     ctypedef void (*nk_convw_fn)(Py_ssize_t npix, const float *const *rows, Py_ssize_t nseg, Py_ssize_t off,

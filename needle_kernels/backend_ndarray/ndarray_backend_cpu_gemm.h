@@ -31,7 +31,8 @@ typedef void (*nk_macro_fn)(ptrdiff_t mc, ptrdiff_t nc, ptrdiff_t kc, const floa
                             const float *Bp, float *C, ptrdiff_t ldc, int add, const float *bias);
 
 typedef void (*nk_direct_fn)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p, const float *A, ptrdiff_t ars,
-                             ptrdiff_t acs, const float *B, const float *Bp, float *C, float *work);
+                             ptrdiff_t acs, const float *B, const float *Bp, ptrdiff_t kd, float *C,
+                             float *work);
 
 typedef void (*nk_conv_fn)(ptrdiff_t nseg, ptrdiff_t seglen, const float *const *rows, const float *B,
                            ptrdiff_t ldb, float *C, ptrdiff_t ldc, ptrdiff_t mr, ptrdiff_t nr);
@@ -136,7 +137,8 @@ typedef struct {
 
 /* The direct kernel, for products too small to repay packing (see NK_GEMM_DIRECT in the
  * .pyx): C (m x p) = A (m x n) @ B (n x p), all row-major, read in place. A DMR x NR tile
- * of C stays in registers while k runs over the whole of n, its NR columns of B loaded
+ * of C stays in registers while k runs over the whole of n (or over a block of kd of it, the
+ * tile then summed into C from the second block on), its NR columns of B loaded
  * straight from B's rows and its DMR entries of A broadcast from A's rows. The tile is
  * short (DMR = 4 rows), so a batch of 16 or a width of 100 wastes little of it; with the
  * operands in L1/L2 the kernel is bound by its FMAs, not by the broadcasts. Only the last,
@@ -153,7 +155,7 @@ typedef struct {
 #define NK_DEFINE_DMICRO(FN, VEC, ATTR, W, DMR, NV)                                             \
     ATTR static inline void FN(ptrdiff_t n, const float *restrict A, ptrdiff_t ars, ptrdiff_t acs,    \
                                const float *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, \
-                               ptrdiff_t mr, ptrdiff_t nr)                                      \
+                               ptrdiff_t mr, ptrdiff_t nr, int add)                             \
     {                                                                                           \
         typedef VEC vec;                                                                        \
         vec acc[DMR][NV];                                                                       \
@@ -185,8 +187,12 @@ typedef struct {
         }                                                                                       \
         float tile[(DMR) * (NV) * (W)];                                                         \
         memcpy(tile, acc, sizeof(tile));                                                        \
-        for (ptrdiff_t i = 0; i < mr; i++)                                                      \
-            memcpy(C + i * ldc, tile + i * (NV) * (W), (size_t)nr * sizeof(float));             \
+        for (ptrdiff_t i = 0; i < mr; i++) {                                                    \
+            if (add)                                                                            \
+                for (ptrdiff_t j = 0; j < nr; j++) C[i * ldc + j] += tile[i * (NV) * (W) + j];  \
+            else                                                                                \
+                memcpy(C + i * ldc, tile + i * (NV) * (W), (size_t)nr * sizeof(float));         \
+        }                                                                                       \
     }
 
 #define NK_DEFINE_GEMM_DIRECT(NAME, ATTR, W, DMR, NV)                                            \
@@ -196,8 +202,8 @@ typedef struct {
     NK_DEFINE_DMICRO(NK_CAT(nk_dmicro1_, NAME), NK_CAT(nk_dvec_, NAME), ATTR, W, DMR, 1)       \
     ATTR static void NK_CAT(nk_direct_, NAME)(ptrdiff_t m, ptrdiff_t n, ptrdiff_t p,           \
                                               const float *A, ptrdiff_t ars, ptrdiff_t acs,     \
-                                              const float *B, const float *Bp, float *C,        \
-                                              float *work)                                      \
+                                              const float *B, const float *Bp, ptrdiff_t kd,    \
+                                              float *C, float *work)                            \
     {                                                                                           \
         const ptrdiff_t NR = (NV) * (W);                                                        \
         float *Bw = work, *Aw = work + n * NR;                                                  \
@@ -214,33 +220,40 @@ typedef struct {
             for (ptrdiff_t i = 0; i < mr; i++)                                                  \
                 for (ptrdiff_t k = 0; k < n; k++) Aw[i * n + k] = A[(mfull + i) * ars + k * acs]; \
         }                                                                                       \
-        /* rows outside, strips inside: each block of A is read from memory once and reused   \
-         * from L1 across the strips, while B (small, by the caller's choice) stays in L2 */   \
+        /* depth blocks outside, then rows, then strips: each block of A is read from memory   \
+         * once and reused across the strips, while the depth block of B (at most kd deep, an   \
+         * L2's worth by the caller's choice) stays in L2 for every block of rows; C's tile is  \
+         * summed over the depth blocks */                                                     \
         float *Ag = Aw + (DMR) * n;                                                             \
-        for (ptrdiff_t ir = 0; ir < m; ir += (DMR)) {                                           \
-            int full = ir < mfull;                                                              \
-            const float *Ar = full ? A + ir * ars : Aw;                                         \
-            ptrdiff_t rs = full ? ars : n, cs = full ? acs : 1, rows = full ? (DMR) : mr;       \
-            if (full && acs != 1) {                                                             \
-                ptrdiff_t g0 = ir / NK_DIRECT_GROUP * NK_DIRECT_GROUP, gi = ir - g0;            \
-                ptrdiff_t gr = mfull - g0 < NK_DIRECT_GROUP ? mfull - g0 : NK_DIRECT_GROUP;     \
-                if (gi == 0) /* gather this group's rows, k-major */                            \
-                    for (ptrdiff_t k = 0; k < n; k++)                                           \
-                        for (ptrdiff_t i = 0; i < gr; i++)                                      \
-                            Ag[k * NK_DIRECT_GROUP + i] = A[(g0 + i) * ars + k * acs];          \
-                Ar = Ag + gi;                                                                   \
-                rs = 1;                                                                         \
-                cs = NK_DIRECT_GROUP;                                                           \
+        if (kd <= 0 || kd > n) kd = n;                                                          \
+        for (ptrdiff_t k0 = 0; k0 < n; k0 += kd) {                                              \
+            ptrdiff_t kb = n - k0 < kd ? n - k0 : kd;                                           \
+            int add = k0 > 0;                                                                   \
+            for (ptrdiff_t ir = 0; ir < m; ir += (DMR)) {                                       \
+                int full = ir < mfull;                                                          \
+                const float *Ar = full ? A + ir * ars + k0 * acs : Aw + k0;                     \
+                ptrdiff_t rs = full ? ars : n, cs = full ? acs : 1, rows = full ? (DMR) : mr;   \
+                if (full && acs != 1) {                                                         \
+                    ptrdiff_t g0 = ir / NK_DIRECT_GROUP * NK_DIRECT_GROUP, gi = ir - g0;        \
+                    ptrdiff_t gr = mfull - g0 < NK_DIRECT_GROUP ? mfull - g0 : NK_DIRECT_GROUP; \
+                    if (gi == 0) /* gather this group's rows over the depth block, k-major */   \
+                        for (ptrdiff_t k = 0; k < kb; k++)                                      \
+                            for (ptrdiff_t i = 0; i < gr; i++)                                  \
+                                Ag[k * NK_DIRECT_GROUP + i] = A[(g0 + i) * ars + (k0 + k) * acs]; \
+                    Ar = Ag + gi;                                                               \
+                    rs = 1;                                                                     \
+                    cs = NK_DIRECT_GROUP;                                                       \
+                }                                                                               \
+                for (ptrdiff_t jr = 0; jr < pfull; jr += NR)                                    \
+                    NK_CAT(nk_dmicro_, NAME)(kb, Ar, rs, cs, Bp ? Bp + jr * n + k0 * NR : B + k0 * p + jr, \
+                                             Bp ? NR : p, C + ir * p + jr, p, rows, NR, add);   \
+                if (nr && ((NV) == 1 || nr > (W)))                                              \
+                    NK_CAT(nk_dmicro_, NAME)(kb, Ar, rs, cs, (Bp ? Bp + pfull * n : Bw) + k0 * NR, NR, \
+                                             C + ir * p + pfull, p, rows, nr, add);             \
+                else if (nr)                                                                    \
+                    NK_CAT(nk_dmicro1_, NAME)(kb, Ar, rs, cs, (Bp ? Bp + pfull * n : Bw) + k0 * NR, NR, \
+                                              C + ir * p + pfull, p, rows, nr, add);            \
             }                                                                                   \
-            for (ptrdiff_t jr = 0; jr < pfull; jr += NR)                                        \
-                NK_CAT(nk_dmicro_, NAME)(n, Ar, rs, cs, Bp ? Bp + jr * n : B + jr, Bp ? NR : p, \
-                                         C + ir * p + jr, p, rows, NR);                         \
-            if (nr && ((NV) == 1 || nr > (W)))                                                  \
-                NK_CAT(nk_dmicro_, NAME)(n, Ar, rs, cs, Bp ? Bp + pfull * n : Bw, NR,           \
-                                         C + ir * p + pfull, p, rows, nr);                      \
-            else if (nr)                                                                        \
-                NK_CAT(nk_dmicro1_, NAME)(n, Ar, rs, cs, Bp ? Bp + pfull * n : Bw, NR,          \
-                                          C + ir * p + pfull, p, rows, nr);                     \
         }                                                                                       \
     }
 

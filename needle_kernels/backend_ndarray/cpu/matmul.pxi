@@ -114,11 +114,15 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
     is A[i * ars + k * acs], and B is row-major (n, p) or, with b_trans, the row-major (p, n)
     array of its transpose. B is first packed whole into column strips when it is transposed,
     or bigger than the in-place limit with enough rows of A to repay that (a short, deep
-    product such as 16 x 8192 @ 8192 x 147 has too few rows to repay packing B). A row-major A
-    is read in place; a transposed one is gathered 16 rows at a time (see nk_direct in the gemm
-    header)."""
+    product such as 16 x 8192 @ 8192 x 147 has too few rows to repay packing B). A packed B
+    bigger than the in-place limit is taken a block of its depth at a time, each block an
+    in-place B's worth of floats, so that the block stays in L2 while all of a thread's rows
+    pass it: read whole for every block of rows, the LSTM language model's dY @ W^T (640 x
+    10000 @ 10000 x 100, 4 MB of B) came from beyond L2 each time (bench_backend.py's "g @ w^T"
+    rows). A row-major A is read in place; a transposed one is gathered 16 rows at a time (see
+    nk_direct in the gemm header)."""
     cdef Py_ssize_t per_thread = n * (kern.dnr + kern.dmr + 16), blocks = (m + kern.dmr - 1) // kern.dmr, rows, r0
-    cdef Py_ssize_t NR = kern.dnr, npan = (p + NR - 1) // NR, jp
+    cdef Py_ssize_t NR = kern.dnr, npan = (p + NR - 1) // NR, jp, kd = n
     cdef int t
     cdef float *Bp = NULL
     if nt > blocks:
@@ -142,15 +146,17 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
                           <int>NR, Bp + jp * NR * n)
             else:
                 nk_pack_b(B, p, n, jp * NR, (jp + 1) * NR if (jp + 1) * NR < p else p, <int>NR, Bp)
+        if _direct_b > 0 and n * npan * NR > _direct_b:
+            kd = max(_direct_b // (npan * NR) // 64 * 64, 64)
     if nt == 1:
         nk_note_thread(0)
-        kern.direct(m, n, p, A, ars, acs, B, Bp, C, work)
+        kern.direct(m, n, p, A, ars, acs, B, Bp, kd, C, work)
     else:
         for t in prange(nt, num_threads=nt, schedule="static"):
             nk_note_thread(threadid())
             r0 = t * rows
             if r0 < m:
-                kern.direct(rows if rows < m - r0 else m - r0, n, p, A + r0 * ars, ars, acs, B, Bp, C + r0 * p,
+                kern.direct(rows if rows < m - r0 else m - r0, n, p, A + r0 * ars, ars, acs, B, Bp, kd, C + r0 * p,
                             work + t * per_thread)
     free(Bp)
     free(work)
