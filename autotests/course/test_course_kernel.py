@@ -42,8 +42,10 @@ def test_the_course_kernel_is_the_environments_python():
 
 
 def test_a_cython_cell_compiles_optimized_and_without_debug_information(tmp_path, monkeypatch):
-    # a fresh IPython folder, so the cell is compiled here and not found from an earlier run
+    # fresh IPython folders, so the cell is compiled here and not found from an earlier run
+    # (IPython keeps compiled cells under its own folder or under $XDG_CACHE_HOME, by version)
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("CFLAGS", raising=False)
     cell = f"%%cython\n# {uuid.uuid4().hex}\n{COMPILED_WITH}"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in (
