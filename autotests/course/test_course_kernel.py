@@ -1,7 +1,6 @@
 """The course's kernel, as JupyterLab, the hub and the tests start it: the environment's own
 kernel spec, whose `%%cython` cells compile as Python's own flags ask (-O3, NDEBUG) but without
 debug information."""
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -9,6 +8,8 @@ from pathlib import Path
 import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
+
+from autotests.elf import assert_built_without_debug_information
 
 # what the C compiler was asked for, seen from inside the module it built
 COMPILED_WITH = '''cdef extern from *:
@@ -28,10 +29,6 @@ COMPILED_WITH = '''cdef extern from *:
     const int nk_ndebug
 def compiled_with():
     return ("optimized" if nk_optimized else "-O0") + " " + ("NDEBUG" if nk_ndebug else "asserts")'''
-
-
-def sections_of(module) -> str:
-    return subprocess.run(["readelf", "-S", str(module)], capture_output=True, text=True, check=True).stdout
 
 
 def test_the_course_kernel_is_the_environments_python():
@@ -57,5 +54,4 @@ def test_a_cython_cell_compiles_optimized_and_without_debug_information(tmp_path
     assert printed[0] == "optimized NDEBUG"
     module = Path(printed[1])
     assert module.is_relative_to(tmp_path) and module.suffix == ".so", module
-    sections = sections_of(module)
-    assert ".text" in sections and ".debug_info" not in sections
+    assert_built_without_debug_information(module)

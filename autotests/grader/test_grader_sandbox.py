@@ -8,6 +8,7 @@ import sys
 import nbformat
 import pytest
 
+from autotests.elf import assert_built_without_debug_information
 from grader_testkit import REPO, require_bwrap
 from simulated_class import SWALLOW_ERRORS
 
@@ -132,9 +133,7 @@ def test_a_carried_cache_brings_a_compiled_cell_to_the_next_run_and_nothing_else
     # compiled without debug information, which no graded run reads
     for name in kept:
         if name.endswith(".so"):
-            sections = subprocess.run(["readelf", "-S", str(carry / name)], capture_output=True, text=True,
-                                      check=True).stdout
-            assert ".text" in sections and ".debug_info" not in sections, name
+            assert_built_without_debug_information(carry / name)
 
     # the next run finds the module before its cell runs, and the cell loads it
     second = notebook(built, "%load_ext Cython", cell, "print(triple(5))")
@@ -199,7 +198,6 @@ def test_the_process_limit_scope_is_measured_right(tmp_path):
     8, a per-namespace count lets about 7 forks through, a per-uid count none.
     """
     import shutil
-    import subprocess
 
     python = shutil.which("python3", path="/usr/bin:/bin")
     if os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("unshare") or not python:
