@@ -377,7 +377,14 @@ class NDArray:
         if len(axes) != self.ndim or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in axes):
             raise ValueError(f"pad: need one (lo, hi) pair of non-negative ints per axis of shape {self._shape}, got {axes}")
         out = NDArray._new(tuple([n + lo + hi for n, (lo, hi) in zip(self._shape, axes)]), self._device)
-        self._device.fill(out._handle, 0.0)
+        # zeros only where the copy below writes nothing: the slabs before and after each axis
+        for ax, (lo, hi) in enumerate(axes):
+            for start, width in ((0, lo), (lo + self._shape[ax], hi)):
+                if width and out.size:
+                    shape = out._shape[:ax] + (width,) + out._shape[ax + 1:]
+                    kshape, kstrides = _kernel_view(shape, out._strides)
+                    self._device.scalar_setitem(prod(shape), 0.0, out._handle, kshape, kstrides,
+                                                start * out._strides[ax])
         # the interior, this array's place in out: a view made directly (what out[lo:lo + n, ...] gives)
         interior = NDArray._alias(self._shape, out._strides, self._device, out._handle,
                                   builtins.sum(lo * st for (lo, _), st in zip(axes, out._strides)))
@@ -750,6 +757,8 @@ class NDArray:
         out = NDArray._new(out_shape, dev)
         if out.size == 0:
             return out
+        if axes and self._transposed_dense():
+            return self._reduce_in_memory_order(axes, out_shape, kernel)
         contiguous_block = axes == tuple(range(axes[0], axes[-1] + 1)) if axes else True
         if not axes:
             self._copy_into(out)
@@ -777,6 +786,20 @@ class NDArray:
             # part is compact with out's elements in out's order: a view of it is the result
             return NDArray._alias(out_shape, compact_strides(out_shape), dev, part._handle, 0)
         return out
+
+    def _reduce_in_memory_order(self, axes, out_shape, kernel):
+        """The reduction over ``axes`` of a dense view in another axis order (an NCHW batch seen
+        as NHWC, say): the same reduction of its buffer in memory order, where it is compact, so
+        no transposed copy of the whole array is made; only the result, when its axes lie in
+        another order in memory, is copied into the view's order."""
+        order = sorted(range(self.ndim), key=lambda ax: (self._shape[ax] != 1, -self._strides[ax]))
+        shape = tuple(self._shape[ax] for ax in order)
+        in_memory = NDArray._alias(shape, compact_strides(shape), self._device, self._handle, 0)
+        reduced = in_memory._reduce(tuple(i for i, ax in enumerate(order) if ax in axes), False, kernel)
+        # reduced's axes are the kept ones in memory order: put them back in the view's order
+        kept = [ax for ax in order if ax not in axes]
+        result = reduced.permute(tuple(sorted(range(len(kept)), key=lambda i: kept[i])))
+        return result.compact().reshape(out_shape)
 
     def sum(self, axis=None, keepdims=False):
         """Sum over an axis, a tuple of axes, or all (axis=None, giving a 0-d array)."""

@@ -353,9 +353,9 @@ def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
     if pairs == 0:
         return
     cdef int nt = _threads_for(2 * 16 * tiles * pairs // 64), err = 0, tid
-    # blocks 4x as deep as the convolution's: each block's 16 products are as deep as it is
-    # tall, and shallow products do not repay the direct kernel's gathering of V's columns
-    tb = _winograd_block(4 * _winograd_block_floats // (16 * (ci + co)), tiles, nt)
+    # blocks of WINOGRAD_DW_FLOATS, or the convolution's if larger (each block's 16 products
+    # are as deep as the block is tall: see WINOGRAD_DW_FLOATS)
+    tb = _winograd_block(max(_winograd_block_floats, WINOGRAD_DW_FLOATS) // (16 * (ci + co)), tiles, nt)
     nblocks = (tiles + tb - 1) // tb
     if nt > nblocks:
         nt = <int>(nblocks if nblocks > 0 else 1)

@@ -98,17 +98,45 @@ cdef void _copy_tiles(const float *src, float *dst, int nd, const Py_ssize_t *sh
         c0 += COPY_TILE
 
 
+cdef int _innermost(int nd, const Py_ssize_t *strides) noexcept nogil:
+    """The axis a view steps along most closely in memory (a broadcast axis, stride 0, reads
+    one element and is no such axis); -1 when every axis is broadcast."""
+    cdef int k, best = -1
+    for k in range(nd - 1, -1, -1):
+        if strides[k] != 0 and (best < 0 or _iabs(strides[k]) < _iabs(strides[best])):
+            best = k
+    return best
+
+
+cdef void _move_to_end(int nd, Py_ssize_t *shape, Py_ssize_t *ss, Py_ssize_t *ds, int axis) noexcept nogil:
+    """Make ``axis`` the last one of both views (the order of the others kept): the copy moves
+    the same elements in whatever order it runs over the axes."""
+    cdef Py_ssize_t n = shape[axis], s = ss[axis], d = ds[axis]
+    cdef int k
+    for k in range(axis, nd - 1):
+        shape[k] = shape[k + 1]
+        ss[k] = ss[k + 1]
+        ds[k] = ds[k + 1]
+    shape[nd - 1] = n
+    ss[nd - 1] = s
+    ds[nd - 1] = d
+
+
 cdef void _strided_copy(const float *src, Py_ssize_t *ss, float *dst, Py_ssize_t *ds, Py_ssize_t *shape,
                         int nd, Py_ssize_t total) noexcept nogil:
-    cdef int nt, c
+    cdef int nt, c, read_axis, write_axis
     cdef Py_ssize_t chunk, items, it, k
     nt = _team(total)
     if total == 0:
         return
     nd = _collapse(nd, shape, ss, ds)
-    if nd >= 2 and (_iabs(ss[nd - 2]) < _iabs(ss[nd - 1]) or _iabs(ds[nd - 2]) < _iabs(ds[nd - 1])):
-        # The two views are contiguous along different axes: copy in tiles so
-        # both the reads and the writes stay within a few cache lines.
+    read_axis, write_axis = _innermost(nd, ss), _innermost(nd, ds)
+    if nd >= 2 and read_axis >= 0 and write_axis >= 0 and read_axis != write_axis:
+        # The two views are contiguous along different axes (a transposed copy, or an NCHW
+        # batch written into a padded NHWC one, where they are not the last two): copy in
+        # tiles of those two axes, so both the reads and the writes stay within a few cache lines.
+        _move_to_end(nd, shape, ss, ds, read_axis)
+        _move_to_end(nd, shape, ss, ds, write_axis - 1 if write_axis > read_axis else write_axis)
         items = total // shape[nd - 1] // shape[nd - 2] * ((shape[nd - 2] + COPY_TILE - 1) // COPY_TILE)
         if nt == 1:
             nk_note_thread(0)
