@@ -301,6 +301,19 @@ def ndarray_rows(cpu, b, args, rng):
     d_windows = d_img.as_strided((64, 16, 16, 3, 3, 64), (s0, s1, s2, s1, s2, s3))
     b.case("NDArray im2col 3x3 (64,16,16,64)", "GB/s", 8.0 * windows.size,
            lambda: np.ascontiguousarray(windows), lambda: d_windows.compact())
+    # what nn.Conv does to an NCHW batch before a padded 3x3 convolution, and for its bias
+    # gradient: the batch seen as NHWC, padded by one pixel into a new array; summed over N, H, W
+    nchw = rng.standard_normal((64, 64, 16, 16), dtype=np.float32)
+    d_nhwc = nd.array(nchw, device=nd.cpu()).permute((0, 2, 3, 1))
+    border = ((0, 0), (1, 1), (1, 1), (0, 0))
+    b.case("NDArray NCHW -> padded NHWC (64,64,16,16)", "GB/s", 8.0 * nchw.size,
+           lambda: np.pad(nchw.transpose(0, 2, 3, 1), border), lambda: d_nhwc.pad(border))
+    for shape in [(64, 64, 16, 16), (128, 64, 2, 2)]:  # and a 2x2 map of ResNet9's: rows of 4 in memory
+        batch = rng.standard_normal(shape, dtype=np.float32)
+        seen = nd.array(batch, device=nd.cpu()).permute((0, 2, 3, 1))
+        b.case(f"NDArray NCHW {shape} seen as NHWC .sum((0,1,2))", "GB/s", 4.0 * batch.size,
+               lambda batch=batch: batch.transpose(0, 2, 3, 1).sum(axis=(0, 1, 2)),
+               lambda seen=seen: seen.sum((0, 1, 2)))
     conv_rows(b, nd, rng)
     implicit_rows(b, nd, rng)
     G = rng.standard_normal((64, 16384), dtype=np.float32)

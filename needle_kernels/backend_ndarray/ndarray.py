@@ -377,14 +377,7 @@ class NDArray:
         if len(axes) != self.ndim or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in axes):
             raise ValueError(f"pad: need one (lo, hi) pair of non-negative ints per axis of shape {self._shape}, got {axes}")
         out = NDArray._new(tuple([n + lo + hi for n, (lo, hi) in zip(self._shape, axes)]), self._device)
-        # zeros only where the copy below writes nothing: the slabs before and after each axis
-        for ax, (lo, hi) in enumerate(axes):
-            for start, width in ((0, lo), (lo + self._shape[ax], hi)):
-                if width and out.size:
-                    shape = out._shape[:ax] + (width,) + out._shape[ax + 1:]
-                    kshape, kstrides = _kernel_view(shape, out._strides)
-                    self._device.scalar_setitem(prod(shape), 0.0, out._handle, kshape, kstrides,
-                                                start * out._strides[ax])
+        self._device.fill(out._handle, 0.0)
         # the interior, this array's place in out: a view made directly (what out[lo:lo + n, ...] gives)
         interior = NDArray._alias(self._shape, out._strides, self._device, out._handle,
                                   builtins.sum(lo * st for (lo, _), st in zip(axes, out._strides)))

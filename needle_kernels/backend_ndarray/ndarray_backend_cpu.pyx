@@ -222,9 +222,9 @@ cdef enum:
     GEMM_PACK_MAX = 1 << 26
     # The fewest floats (1 MB) of a block of the Winograd weight gradient's input and gradient
     # tiles, whose 16 products are as deep as the block is tall: 4x an AMD Zen 3's convolution
-    # block, which shallower products lost to the direct kernel's gathering of the tiles'
-    # columns, and half an Intel Xeon's 2 MB L2, where blocks of twice that lost again to L3
-    # (benchmarks/README.md).
+    # block, where shallower products lost to the direct kernel's gathering of the tiles'
+    # columns, and half an Intel Xeon's 2 MB L2, where 4x its convolution block (4 MB) fell out
+    # of L2 (benchmarks/README.md).
     WINOGRAD_DW_FLOATS = 1 << 18
 
 cdef int _num_threads = max(1, openmp.omp_get_max_threads())

@@ -584,6 +584,12 @@ NK_CLONES static void nk_winograd_weight_output(const float *m, float *dw, ptrdi
 
 NK_CLONES static float nk_sum(const float *a, ptrdiff_t n)
 {
+    if (n < NK_LANES) { /* a short row (a 2x2 map's pixels): the same sum without the lanes'
+                           set-up and final tree, which cost more than the row */
+        float s = 0.0f;
+        for (ptrdiff_t i = 0; i < n; i++) s += a[i];
+        return s;
+    }
     float acc[NK_LANES] = {0};
     ptrdiff_t i = 0;
     for (; i + NK_LANES <= n; i += NK_LANES) {
@@ -740,7 +746,12 @@ static unsigned long long nk_thread_mask = 0;
 
 static inline void nk_note_thread(int tid)
 {
-    __atomic_fetch_or(&nk_thread_mask, 1ULL << (tid & 63), __ATOMIC_RELAXED);
+    /* Kernels note a thread per item of work, many thousands of times a call: an atomic OR
+     * every time would bounce the mask's cache line between the cores (the write takes the
+     * line from the others), so the bit is set only when a plain read finds it clear. */
+    unsigned long long bit = 1ULL << (tid & 63);
+    if (!(__atomic_load_n(&nk_thread_mask, __ATOMIC_RELAXED) & bit))
+        __atomic_fetch_or(&nk_thread_mask, bit, __ATOMIC_RELAXED);
 }
 
 static inline void nk_reset_threads(void) { __atomic_store_n(&nk_thread_mask, 0ULL, __ATOMIC_RELAXED); }

@@ -131,12 +131,16 @@ cdef void _strided_copy(const float *src, Py_ssize_t *ss, float *dst, Py_ssize_t
         return
     nd = _collapse(nd, shape, ss, ds)
     read_axis, write_axis = _innermost(nd, ss), _innermost(nd, ds)
-    if nd >= 2 and read_axis >= 0 and write_axis >= 0 and read_axis != write_axis:
-        # The two views are contiguous along different axes (a transposed copy, or an NCHW
-        # batch written into a padded NHWC one, where they are not the last two): copy in
-        # tiles of those two axes, so both the reads and the writes stay within a few cache lines.
+    if nd >= 2 and read_axis >= 0 and write_axis >= 0 and read_axis != write_axis \
+            and ss[write_axis] != 0 and shape[write_axis] >= COPY_TILE // 4:
+        # The two views step along different axes, the one written not short (the tiles' inner
+        # loop) nor broadcast in the source (the runs below fill that): an NCHW batch written
+        # into a padded NHWC one, say, where they are not the last two. Make them the last two.
         _move_to_end(nd, shape, ss, ds, read_axis)
         _move_to_end(nd, shape, ss, ds, write_axis - 1 if write_axis > read_axis else write_axis)
+    if nd >= 2 and (_iabs(ss[nd - 2]) < _iabs(ss[nd - 1]) or _iabs(ds[nd - 2]) < _iabs(ds[nd - 1])):
+        # The two views are contiguous along different axes: copy in tiles so
+        # both the reads and the writes stay within a few cache lines.
         items = total // shape[nd - 1] // shape[nd - 2] * ((shape[nd - 2] + COPY_TILE - 1) // COPY_TILE)
         if nt == 1:
             nk_note_thread(0)
