@@ -751,7 +751,9 @@ class NDArray:
         if out.size == 0:
             return out
         if axes and self._transposed_dense():
-            return self._reduce_in_memory_order(axes, out_shape, kernel)
+            result = self._reduce_in_memory_order(axes, out_shape, kernel)
+            if result is not None:
+                return result
         contiguous_block = axes == tuple(range(axes[0], axes[-1] + 1)) if axes else True
         if not axes:
             self._copy_into(out)
@@ -784,11 +786,21 @@ class NDArray:
         """The reduction over ``axes`` of a dense view in another axis order (an NCHW batch seen
         as NHWC, say): the same reduction of its buffer in memory order, where it is compact, so
         no transposed copy of the whole array is made; only the result, when its axes lie in
-        another order in memory, is copied into the view's order."""
+        another order in memory, is copied into the view's order. None where the copy is the
+        faster way: when the reduced axes fall into several blocks in memory and the last of
+        them is rows of fewer than 32 (a 2x2 or 4x4 map's pixels), which reduce slower than
+        the copy that makes them columns (bench_backend.py's "seen as NHWC .sum" rows)."""
         order = sorted(range(self.ndim), key=lambda ax: (self._shape[ax] != 1, -self._strides[ax]))
         shape = tuple(self._shape[ax] for ax in order)
+        reduced_axes = tuple(i for i, ax in enumerate(order) if ax in axes)
+        last_block = [self.ndim - 1]
+        while last_block[0] - 1 in reduced_axes:
+            last_block.insert(0, last_block[0] - 1)
+        several_blocks = reduced_axes != tuple(range(reduced_axes[0], reduced_axes[-1] + 1))
+        if several_blocks and reduced_axes[-1] == self.ndim - 1 and prod(shape[i] for i in last_block) < 32:
+            return None
         in_memory = NDArray._alias(shape, compact_strides(shape), self._device, self._handle, 0)
-        reduced = in_memory._reduce(tuple(i for i, ax in enumerate(order) if ax in axes), False, kernel)
+        reduced = in_memory._reduce(reduced_axes, False, kernel)
         # reduced's axes are the kept ones in memory order: put them back in the view's order
         kept = [ax for ax in order if ax not in axes]
         result = reduced.permute(tuple(sorted(range(len(kept)), key=lambda i: kept[i])))
