@@ -793,12 +793,13 @@ class NDArray:
         order = sorted(range(self.ndim), key=lambda ax: (self._shape[ax] != 1, -self._strides[ax]))
         shape = tuple(self._shape[ax] for ax in order)
         reduced_axes = tuple(i for i, ax in enumerate(order) if ax in axes)
-        last_block = [self.ndim - 1]
-        while last_block[0] - 1 in reduced_axes:
-            last_block.insert(0, last_block[0] - 1)
         several_blocks = reduced_axes != tuple(range(reduced_axes[0], reduced_axes[-1] + 1))
-        if several_blocks and reduced_axes[-1] == self.ndim - 1 and prod(shape[i] for i in last_block) < 32:
-            return None
+        if several_blocks and reduced_axes[-1] == self.ndim - 1:
+            first = self.ndim - 1  # the first axis of the block the reduced axes end with
+            while first - 1 in reduced_axes:
+                first -= 1
+            if prod(shape[first:]) < 32:
+                return None
         in_memory = NDArray._alias(shape, compact_strides(shape), self._device, self._handle, 0)
         reduced = in_memory._reduce(reduced_axes, False, kernel)
         # reduced's axes are the kept ones in memory order: put them back in the view's order
