@@ -46,14 +46,9 @@ CPU only and are skipped.
 
 By default both libraries run in this one process. torch ships its own libgomp,
 but under the same file name as the system's, so the loader keeps whichever
-loads first and the two libraries share one OpenMP runtime; numpy's OpenBLAS
-has a thread pool of its own. By default an OpenMP thread keeps spinning for a
-while after a parallel region (300,000 spins), so idle threads take the cores
-the busy ones need and everything slows down several-fold on a small machine.
-The script therefore sets ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep:
-what needle_kernels itself sets, see ``benchmarks/bench_wait_policy.py``) for
-the process, unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is already set
-(they must be set before the runtime starts).
+loads first and the two libraries share one OpenMP runtime, with the spin
+needle_kernels sets as it loads first (see ``benchmarks/bench_wait_policy.py``);
+numpy's OpenBLAS runs on the same threads where it allows (``blas_sharing``).
 
 ``--separate-processes`` instead times each library in a fresh process of its
 own, started alternately (needle, reference, needle, ...) ``--repeat`` times a
@@ -86,8 +81,6 @@ def library_alone(argv):
 
 
 ALONE = library_alone(sys.argv[1:])
-if ALONE is None and "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -115,7 +108,7 @@ def import_torch():
 # A reference process loads torch before needle_kernels, so torch's own OpenMP runtime is the one
 # loaded, under the environment as given (needle_kernels sets GOMP_SPINCOUNT when imported); a
 # needle process never loads torch. In one process needle_kernels comes first, so both libraries
-# share the system's runtime with the short spin set above.
+# share the system's runtime with the spin needle_kernels sets.
 torch = import_torch() if ALONE == "reference" else None
 
 REPO = Path(__file__).resolve().parents[1]

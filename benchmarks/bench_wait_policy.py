@@ -1,12 +1,17 @@
-"""Why needle_kernels lets its idle OpenMP threads spin only briefly (GOMP_SPINCOUNT=10000).
+"""How long needle_kernels lets its idle OpenMP threads spin: GOMP_SPINCOUNT=100000 where numpy's
+OpenBLAS runs on them, 10000 where it keeps a pool of its own.
 
-Runs the same three loops in a fresh process per OpenMP wait policy and
+Runs the same four loops in a fresh process per OpenMP wait policy and
 prints their times: many mid-sized element-wise kernels back to back (a
 training step), numpy matmuls (OpenBLAS threads) alternating with
-needle_kernels kernels as a notebook does, and needle_kernels matmuls.
-Threads that sleep at once (PASSIVE) pay a wake-up per kernel; threads that
-spin long (libgomp's default, ACTIVE) take the cores numpy needs; a short spin
-keeps nearly all of both.
+needle_kernels kernels as a notebook does, needle_kernels matmuls, and
+kernels each after a millisecond of Python (a training step's ops between
+two parallel kernels: only the kernels are timed).
+Threads that sleep at once (PASSIVE) pay a wake-up per kernel, and threads
+whose spin ends within the millisecond pay it in the last loop; threads that
+spin long take the cores numpy needs unless numpy's OpenBLAS runs its jobs on
+needle_kernels' threads (``blas_sharing``, the default where OpenBLAS allows:
+``NEEDLE_SHARE_BLAS_THREADS=0`` shows the loop without it).
 
     python benchmarks/bench_wait_policy.py
 """
@@ -47,21 +52,31 @@ def matmuls():
     for _ in range(20):
         A @ A
 
-print(f"{best(adds):9.1f} {best(mixed):9.1f} {best(matmuls):9.1f}")
+def after_python():
+    kernels = 0.0
+    for _ in range(100):
+        end = time.perf_counter() + 1e-3
+        while time.perf_counter() < end:  # the interpreter busy, as between a step's kernels
+            pass
+        start = time.perf_counter(); a + b; kernels += time.perf_counter() - start
+    return kernels * 1e3
+
+print(f"{best(adds):9.1f} {best(mixed):9.1f} {best(matmuls):9.1f} {min(after_python() for _ in range(5)):9.1f}")
 """
 
 POLICIES = [
     ("PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"}),
-    ("GOMP_SPINCOUNT=10000 (here)", {"GOMP_SPINCOUNT": "10000"}),
+    ("GOMP_SPINCOUNT=10000 (own pool)", {"GOMP_SPINCOUNT": "10000"}),
     ("GOMP_SPINCOUNT=30000", {"GOMP_SPINCOUNT": "30000"}),
+    ("GOMP_SPINCOUNT=100000 (shared)", {"GOMP_SPINCOUNT": "100000"}),
     ("GOMP_SPINCOUNT=300000 (libgomp)", {"GOMP_SPINCOUNT": "300000"}),
     ("ACTIVE", {"OMP_WAIT_POLICY": "ACTIVE"}),
 ]
 
 
 def main():
-    print(f"{'policy':32s} {'200 adds':>9s} {'np+nk x50':>9s} {'20 mm512':>9s}   (ms, best of 5)")
-    # each child prints three right-aligned 9-wide columns
+    print(f"{'policy':32s} {'200 adds':>9s} {'np+nk x50':>9s} {'20 mm512':>9s} {'100 after':>9s}   (ms, best of 5)")
+    # each child prints four right-aligned 9-wide columns
     for name, extra in POLICIES:
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
         env.update(extra)
