@@ -1,17 +1,17 @@
-"""How long needle_kernels lets its idle OpenMP threads spin: GOMP_SPINCOUNT=100000 where numpy's
-OpenBLAS runs on them, 10000 where it keeps a pool of its own.
+"""Why needle_kernels lets its idle OpenMP threads spin only briefly (GOMP_SPINCOUNT=1000).
 
 Runs the same four loops in a fresh process per OpenMP wait policy and
 prints their times: many mid-sized element-wise kernels back to back (a
 training step), numpy matmuls (OpenBLAS threads) alternating with
 needle_kernels kernels as a notebook does, needle_kernels matmuls, and
 kernels each after a millisecond of Python (a training step's ops between
-two parallel kernels: only the kernels are timed).
+two parallel kernels: only the kernels are timed). Then it runs the first and
+third loops in two such processes at once, as two notebooks on one server or
+two test workers do, and prints the slower process's times.
 Threads that sleep at once (PASSIVE) pay a wake-up per kernel, and threads
-whose spin ends within the millisecond pay it in the last loop; threads that
-spin long take the cores numpy needs unless numpy's OpenBLAS runs its jobs on
-needle_kernels' threads (``blas_sharing``, the default where OpenBLAS allows:
-``NEEDLE_SHARE_BLAS_THREADS=0`` shows the loop without it).
+whose spin ends within the millisecond pay it in the fourth loop; threads that
+spin long take the cores that numpy's OpenBLAS pool (where it keeps one:
+``NEEDLE_SHARE_BLAS_THREADS=0``) and, above all, the other process's threads need.
 
     python benchmarks/bench_wait_policy.py
 """
@@ -61,27 +61,38 @@ def after_python():
         start = time.perf_counter(); a + b; kernels += time.perf_counter() - start
     return kernels * 1e3
 
-print(f"{best(adds):9.1f} {best(mixed):9.1f} {best(matmuls):9.1f} {min(after_python() for _ in range(5)):9.1f}")
+if sys.argv[2:] == ["pair"]:
+    print(f"{best(adds):9.1f} {best(matmuls):9.1f}")
+else:
+    print(f"{best(adds):9.1f} {best(mixed):9.1f} {best(matmuls):9.1f} {min(after_python() for _ in range(5)):9.1f}")
 """
 
 POLICIES = [
     ("PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"}),
-    ("GOMP_SPINCOUNT=10000 (own pool)", {"GOMP_SPINCOUNT": "10000"}),
+    ("GOMP_SPINCOUNT=1000 (here)", {"GOMP_SPINCOUNT": "1000"}),
+    ("GOMP_SPINCOUNT=10000", {"GOMP_SPINCOUNT": "10000"}),
     ("GOMP_SPINCOUNT=30000", {"GOMP_SPINCOUNT": "30000"}),
-    ("GOMP_SPINCOUNT=100000 (shared)", {"GOMP_SPINCOUNT": "100000"}),
+    ("GOMP_SPINCOUNT=100000", {"GOMP_SPINCOUNT": "100000"}),
     ("GOMP_SPINCOUNT=300000 (libgomp)", {"GOMP_SPINCOUNT": "300000"}),
     ("ACTIVE", {"OMP_WAIT_POLICY": "ACTIVE"}),
 ]
 
 
 def main():
-    print(f"{'policy':32s} {'200 adds':>9s} {'np+nk x50':>9s} {'20 mm512':>9s} {'100 after':>9s}   (ms, best of 5)")
-    # each child prints four right-aligned 9-wide columns
+    print(f"{'policy':32s} {'200 adds':>9s} {'np+nk x50':>9s} {'20 mm512':>9s} {'100 after':>9s}"
+          f" {'adds, 2 processes':>18s} {'mm512, 2 processes':>19s}   (ms, best of 5)")
     for name, extra in POLICIES:
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
         env.update(extra)
-        out = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], env=env, capture_output=True, text=True, check=True)
-        print(f"{name:32s}{out.stdout.rstrip()}")
+        alone = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], env=env, capture_output=True, text=True,
+                               check=True)
+        pair = [subprocess.Popen([sys.executable, "-c", CHILD, str(REPO), "pair"], env=env, stdout=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+        outputs = [p.communicate()[0] for p in pair]
+        if any(p.returncode for p in pair):
+            raise RuntimeError(f"a process of the pair under {name} failed")
+        slower = [max(column) for column in zip(*([float(v) for v in out.split()] for out in outputs))]
+        print(f"{name:32s}{alone.stdout.rstrip()} {slower[0]:18.1f} {slower[1]:19.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -95,20 +95,3 @@ print(os.waitstatus_to_exitcode(status), cpu.get_num_threads())
     child, parent_threads = run_python(code, OMP_NUM_THREADS="2").split()[-2:]
     assert child == "0"
     assert parent_threads == "2"  # only the child went down to one thread
-
-
-@pytest.mark.parametrize("env, spin", [({}, "100000"), ({"NEEDLE_SHARE_BLAS_THREADS": "0"}, "10000"),
-                                       ({"GOMP_SPINCOUNT": "5"}, "5")], ids=["shared", "own-pool", "given"])
-def test_threads_spin_long_only_where_numpy_runs_on_them(env, spin):
-    # a long spin would take the cores an OpenBLAS pool of its own needs (bench_wait_policy.py)
-    code = ("import os; from needle_kernels.backend_ndarray import blas_sharing, ndarray_backend_cpu;"
-            "print(os.environ['GOMP_SPINCOUNT'], all(l['shares_threads'] for l in blas_sharing.blas_libraries()))")
-    given = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY",
-                                                              "NEEDLE_SHARE_BLAS_THREADS")}
-    given["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", code], env={**given, **env}, capture_output=True, text=True,
-                         cwd=ROOT, timeout=60)
-    assert out.returncode == 0, out.stderr
-    chosen, shared = out.stdout.split()[-2:]
-    assert chosen == spin
-    assert shared == ("True" if "NEEDLE_SHARE_BLAS_THREADS" not in env else "False")

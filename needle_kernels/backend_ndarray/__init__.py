@@ -2,22 +2,20 @@
 import os
 
 # After a parallel region, libgomp's threads spin for a while before sleeping
-# (300,000 spins by default). A thread that has gone to sleep costs the next
-# kernel a wake-up, which on a virtual machine can take far longer than the
-# kernel (a halted vCPU is woken through the hypervisor): a training step's
-# kernels, a millisecond of Python apart, should find their threads awake.
-# Spinning threads, though, take the cores another thread pool needs: with
-# numpy's OpenBLAS on a pool of its own, a notebook's loop of numpy products
-# and needle_kernels kernels ran several times slower under a long spin. So the
-# spin is long (GOMP_SPINCOUNT=100000, a few milliseconds) where numpy's
-# OpenBLAS will run on these same threads (blas_sharing.py), and short (10000)
-# where it keeps its own pool (benchmarks/bench_wait_policy.py prints the
-# loops; benchmarks/README.md has the figures). The runtime reads this when the
-# extension first loads; set OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose.
+# (300,000 spins by default). Spinning threads take the cores that others need:
+# numpy's OpenBLAS threads where it keeps a pool of its own, PyTorch's, and
+# above all another process's kernels (two notebooks on one server, two test
+# workers), whose parallel regions then wait for threads the spinners keep off
+# the cores. Sleeping at once (OMP_WAIT_POLICY=PASSIVE) instead costs every
+# kernel a wake-up, which short kernels run back to back feel most. A short
+# spin, GOMP_SPINCOUNT=1000, runs a process alone as fast as longer spins do,
+# and two processes on the same cores within about 2x of sleeping at once,
+# where 10000 spins made them 10x slower (benchmarks/bench_wait_policy.py prints
+# each policy alone and in pairs; benchmarks/README.md has the figures). The
+# runtime reads this when the extension first loads; set OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT to choose.
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    from .blas_sharing import will_share
-
-    os.environ["GOMP_SPINCOUNT"] = "100000" if will_share() else "10000"
+    os.environ["GOMP_SPINCOUNT"] = "1000"
 from .device import (
     BackendDevice,
     all_devices,

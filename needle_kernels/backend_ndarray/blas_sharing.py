@@ -43,29 +43,6 @@ def _setter(filepath):
     return None
 
 
-def _pthreads_openblas_paths():
-    return [lib["filepath"] for lib in threadpoolctl.threadpool_info()
-            if lib["internal_api"] == "openblas" and lib.get("threading_layer") == "pthreads"]
-
-
-def will_share():
-    """Whether :func:`share_on_load` will leave no BLAS in this process with a thread pool of
-    its own: sharing is not turned off, and every BLAS numpy loaded is a pthreads OpenBLAS with
-    the callback. Asked before the extension loads, to choose how long its threads spin."""
-    import numpy  # noqa: F401  (loads numpy's BLAS, for threadpoolctl to find)
-
-    if os.environ.get("NEEDLE_SHARE_BLAS_THREADS", "1") == "0":
-        return False
-    blas = [lib for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
-    paths = _pthreads_openblas_paths()
-    if len(paths) != len(blas):
-        return False
-    for path in paths:
-        if path not in _setters:
-            _setters[path] = _setter(path)
-    return all(_setters[path] for path in paths)
-
-
 def blas_libraries():
     """The BLAS libraries loaded in this process, as threadpoolctl describes them, each with
     ``shares_threads``: whether its parallel jobs run on needle_kernels' threads."""
@@ -84,7 +61,9 @@ def share_blas_threads(enable=True):
     from . import ndarray_backend_cpu as cpu
 
     callback = cpu.blas_threads_callback() if enable else None
-    for path in _pthreads_openblas_paths():
+    paths = [lib["filepath"] for lib in threadpoolctl.threadpool_info()
+             if lib["internal_api"] == "openblas" and lib.get("threading_layer") == "pthreads"]
+    for path in paths:
         if path not in _setters:
             _setters[path] = _setter(path)
         if _setters[path]:
