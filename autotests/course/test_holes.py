@@ -12,8 +12,8 @@ autograde -j 2`` in the sandbox; every other cell keeps the full points the solu
   nothing.
 * hw3: a ``matmul`` made slow on purpose and a ``matmul_tiled`` that is the plain algorithm on the
   tiled layout. Both are correct, so the correctness test gives its points; the speed point
-  measures ``matmul_tiled`` against the course's own plain matmul, not the notebook's, and gives
-  nothing.
+  measures ``matmul_tiled`` against the course's own plain matmul on the tiled layout, not the
+  notebook's ``matmul``, and gives nothing.
 """
 import sys
 
