@@ -25,7 +25,10 @@ from nbhelpers import REPO
 sys.path.insert(0, str(REPO / "autotests" / "grader"))
 from grader_testkit import gradebook_scores, grader, run_once  # noqa: E402
 
-from test_own_work import cells_of, meta, points, source_nb  # noqa: E402
+from test_own_work import cells_of, meta, points, printed_ratios, source_nb  # noqa: E402
+
+sys.path.insert(0, str(REPO / "autotests"))
+from figures import report_figure  # noqa: E402
 
 IDENTITY_TRANSFORMER = '''class Transformer(nn.Module):
     """Passes its input through: the language model around it sees each word alone."""
@@ -132,6 +135,10 @@ def grade_class(root, aid):
     subs = {student: submission(aid, sources) for student, (sources, _) in HOLES[aid].items()}
     submit(course, aid, subs)
     grader(["autograde", aid, "-j", "2"], course, home, timeout=3000)
+    # a speed check prints the ratio a hole measured: how far below the bar it stays on this CPU
+    for student in subs:
+        for line in printed_ratios(course / "autograded" / student / aid / f"{aid}.ipynb"):
+            report_figure(f"{aid} hole {student}, graded: {line}")
     return {"scores": gradebook_scores(course, aid), "errors": autograded_errors(course, aid, subs, tail=400)}
 
 
