@@ -7,7 +7,10 @@ needle_kernels kernels as a notebook does, needle_kernels matmuls, and
 kernels each after a millisecond of Python (a training step's ops between
 two parallel kernels: only the kernels are timed). Then it runs the first and
 third loops in two such processes at once, as two notebooks on one server or
-two test workers do, and prints the slower process's times.
+two test workers do, and prints the slower process's times. Every row runs on
+all cores but the last, which runs each process on one thread, as a class's hub
+runs each user's kernels on a share of the cores (``hub/launch.py
+--threads-per-user``).
 Threads that sleep at once (PASSIVE) pay a wake-up per kernel, and threads
 whose spin ends within the millisecond pay it in the fourth loop; threads that
 spin long take the cores that numpy's OpenBLAS pool (where it keeps one:
@@ -75,6 +78,8 @@ POLICIES = [
     ("GOMP_SPINCOUNT=100000", {"GOMP_SPINCOUNT": "100000"}),
     ("GOMP_SPINCOUNT=300000 (libgomp)", {"GOMP_SPINCOUNT": "300000"}),
     ("ACTIVE", {"OMP_WAIT_POLICY": "ACTIVE"}),
+    # what a class's hub gives each user (hub/launch.py --threads-per-user): fewer threads than cores
+    ("GOMP_SPINCOUNT=1000, 1 thread", {"GOMP_SPINCOUNT": "1000", "OMP_NUM_THREADS": "1"}),
 ]
 
 
@@ -82,7 +87,7 @@ def main():
     print(f"{'policy':32s} {'200 adds':>9s} {'np+nk x50':>9s} {'20 mm512':>9s} {'100 after':>9s}"
           f" {'adds, 2 processes':>18s} {'mm512, 2 processes':>19s}   (ms, best of 5)")
     for name, extra in POLICIES:
-        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
         env.update(extra)
         alone = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], env=env, capture_output=True, text=True,
                                check=True)

@@ -72,6 +72,8 @@ c.Spawner.environment = {
     # what hub/singleuser.py pulls, and where to
     "NK_LECTURES_REPO": settings["lectures_repo"], "NK_LECTURES_DIR": os.path.join(course, "lectures"),
     "NK_HUB_GITCONFIG": settings["gitconfig"],
+    # the threads a user's kernels compute on (see hub/launch.py: students share the cores)
+    "OMP_NUM_THREADS": str(settings["threads_per_user"]),
 }
 if settings.get("data_dir"):
     # the lectures' MNIST, PTB and CIFAR-10, in a folder every account can read

@@ -2,7 +2,7 @@
 
     python hub/launch.py [--roster hub/roster.csv] [--course dlsys] [--port 8000]
                          [--mode auto|system|single] [--state DIR] [--exchange DIR]
-                         [--cull-idle SECONDS] [--prepare-only]
+                         [--cull-idle SECONDS] [--threads-per-user N] [--prepare-only]
 
 Two modes, chosen by `auto`:
 - system: every roster member and the course's grader account (`grader-COURSE`) is a
@@ -15,6 +15,13 @@ Two modes, chosen by `auto`:
   logs in with a password of their own (written once to STATE/initial-passwords.csv),
   and nbgrader files submissions under the hub login (`JUPYTERHUB_USER`), not under
   the one system account.
+
+Every server's kernels run their parallel work on `--threads-per-user` threads (its
+OMP_NUM_THREADS, which needle_kernels, numpy's OpenBLAS and PyTorch read; default a
+quarter of the machine's cores, at least one). A class's server has several students
+running cells at once, and kernels that each start a thread per core then take the cores
+from each other: benchmarks/bench_wait_policy.py prints two processes at once, each on
+every core and each on one thread.
 
 Every server's NEEDLE_DATA_DIR is STATE/data, the copy of the data sets `make hub-users`
 makes readable by every account, or else the hub's own NEEDLE_DATA_DIR.
@@ -241,7 +248,7 @@ def prepare(opts) -> dict:
         "bin": str(Path(sys.executable).parent), "python": sys.executable, "config_dir": str(config_dir),
         "repo": str(REPO), "lectures_repo": str(lectures), "gitconfig": str(state / "gitconfig"),
         "culler_token": culler_token.read_text().strip(), "cull_idle": opts.cull_idle,
-        "data_dir": data_dir,
+        "data_dir": data_dir, "threads_per_user": opts.threads_per_user or max(1, (os.cpu_count() or 1) // 4),
     }
     if mode == "single":
         users = roles["instructor"] + roles["ta"] + roles["student"]
@@ -292,9 +299,14 @@ def main(argv=None):
                              "else STATE/exchange)")
     parser.add_argument("--cull-idle", type=int, default=3600,
                         help="stop a user's server after this many seconds without activity (0: never)")
+    parser.add_argument("--threads-per-user", type=int, default=0,
+                        help="the threads each user's kernels compute on (OMP_NUM_THREADS; "
+                             "0, the default: a quarter of the cores, at least 1)")
     parser.add_argument("--prepare-only", action="store_true",
                         help="write the settings and publish the lectures, without starting the hub")
     opts = parser.parse_args(argv)
+    if opts.threads_per_user < 0:
+        parser.error(f"--threads-per-user: {opts.threads_per_user} is not a number of threads (0: the default)")
     settings = prepare(opts)
     print(f"hub: {settings['note']}")
     print(f"hub: http://{opts.ip}:{opts.port}/hub/login (course {opts.course}; formgrader: "

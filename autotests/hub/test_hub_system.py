@@ -266,12 +266,13 @@ def student_probe(hub, paths):
         "    except OSError as err:\n"
         "        found[path] = type(err).__name__\n"
         "import needle_kernels as ndl\n"
+        "from needle_kernels.backend_ndarray import ndarray_backend_cpu\n"
         "said = io.StringIO()\n"
         "with contextlib.redirect_stdout(said):\n"
         "    X, y, _, _ = ndl.data.load_mnist_split(n_train=100, n_test=100)\n"
         "print(json.dumps({'closed': found, 'user': pwd.getpwuid(os.getuid()).pw_name,\n"
         "                  'data': os.environ.get('NEEDLE_DATA_DIR'), 'mnist': said.getvalue(),\n"
-        "                  'shape': list(X.shape),\n"
+        "                  'shape': list(X.shape), 'threads': ndarray_backend_cpu.get_num_threads(),\n"
         f"                  'lectures': sorted(os.listdir(os.path.expanduser('~/{COURSE}/lectures')))}}))\n")
 
 
@@ -363,6 +364,9 @@ def test_a_class_on_one_server(browser, system_class, tmp_path_factory):  # noqa
     assert seen["closed"] == {p: "PermissionError" for p in seen["closed"]}, seen["closed"]
     assert seen["data"] == str(hub.state / "data") and f"real MNIST {hub.state / 'data'}" in seen["mnist"], seen
     assert seen["shape"] == [100, 784]
+    # her kernels compute on the threads the hub gives each user, not on every core
+    settings = json.loads((hub.state / "hub-settings.json").read_text())
+    assert seen["threads"] == settings["threads_per_user"] == max(1, (os.cpu_count() or 1) // 4), seen
     assert "02_softmax_regression.ipynb" in seen["lectures"]
     lecture = Path(f"/home/{ALICE}/{COURSE}/lectures/02_softmax_regression.ipynb")
     assert lecture.stat().st_uid == pwd.getpwnam(ALICE).pw_uid
