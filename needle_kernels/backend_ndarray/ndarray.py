@@ -283,13 +283,18 @@ class NDArray:
             return other
         return None
 
+    def _memory_order(self):
+        """The axes from outermost to innermost in memory (those of length 1 first: their strides
+        place nothing): a dense view permuted so is row-major."""
+        return sorted(range(len(self._shape)), key=lambda ax: (self._shape[ax] != 1, -self._strides[ax]))
+
     def _in_layout_of(self, ref):
         """This view's values in the dense layout of ``ref`` (same shape): itself when it is
         already laid out so, else a copy in that layout."""
         if self._strides == ref._strides and self._is_dense():
             return self
         out = ref._empty_like_dense()
-        order = sorted(range(len(ref._shape)), key=lambda ax: -ref._strides[ax])  # outermost first
+        order = ref._memory_order()
         self.permute(order)._copy_into(out.permute(order))  # out's buffer is row-major in that order
         return out
 
@@ -385,7 +390,7 @@ class NDArray:
         if self._transposed_dense():
             # read as it lies (an NCHW batch seen as NHWC, say): both views in its memory order, so
             # its buffer is the compact source of one copy, instead of a transposed copy first
-            order = sorted(range(self.ndim), key=lambda ax: -self._strides[ax])
+            order = self._memory_order()
             src, interior = self.permute(order), interior.permute(order)
         kshape, kstrides = _kernel_view(interior._shape, interior._strides)
         self._device.ewise_setitem(src.compact()._handle, out._handle, kshape, kstrides, interior._offset)
@@ -790,7 +795,7 @@ class NDArray:
         faster way: when the reduced axes fall into several blocks in memory and the last of
         them is rows of fewer than 32 (a 2x2 or 4x4 map's pixels), which reduce slower than
         the copy that makes them columns (bench_backend.py's "seen as NHWC .sum" rows)."""
-        order = sorted(range(self.ndim), key=lambda ax: (self._shape[ax] != 1, -self._strides[ax]))
+        order = self._memory_order()
         shape = tuple(self._shape[ax] for ax in order)
         reduced_axes = tuple(i for i, ax in enumerate(order) if ax in axes)
         several_blocks = reduced_axes != tuple(range(reduced_axes[0], reduced_axes[-1] + 1))
