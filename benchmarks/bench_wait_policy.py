@@ -87,7 +87,8 @@ def main():
     print(f"{'policy':32s} {'200 adds':>9s} {'np+nk x50':>9s} {'20 mm512':>9s} {'100 after':>9s}"
           f" {'adds, 2 processes':>18s} {'mm512, 2 processes':>19s}   (ms, best of 5)")
     for name, extra in POLICIES:
-        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                                                                "OMP_NUM_THREADS")}
         env.update(extra)
         alone = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], env=env, capture_output=True, text=True,
                                check=True)

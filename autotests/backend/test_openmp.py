@@ -254,3 +254,18 @@ def test_every_isa_for_softmax_xent(cpu, ref, cols):
 def test_unknown_isa(cpu):
     with pytest.raises(ValueError, match="unknown"):
         cpu.set_isa("sse9")
+
+
+@pytest.mark.parametrize("given, spin", [({}, "1000"), ({"GOMP_SPINCOUNT": "5"}, "5"),
+                                         ({"OMP_WAIT_POLICY": "PASSIVE"}, None)],
+                         ids=["default", "spin-given", "policy-given"])
+def test_idle_threads_spin_briefly_unless_told(given, spin):
+    # a long spin keeps another process's kernels off the cores (bench_wait_policy.py)
+    code = ("import os, needle_kernels.backend_ndarray.ndarray_backend_cpu;"
+            "print(os.environ.get('GOMP_SPINCOUNT'))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env.update(given, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == str(spin)
