@@ -17,4 +17,10 @@ if "NEEDLE_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
     os.environ["NEEDLE_DATA_DIR"] = str(SHARED_DATA)
 
 
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    # The suite's workers, and the notebook kernels and graders they start, compute on the same
+    # cores at once: threads left spinning after a kernel (libgomp's default spin lasts
+    # milliseconds) would keep the other processes' kernels waiting, so they sleep soon.
+    os.environ["GOMP_SPINCOUNT"] = "1000"
+
 from figures import FIGURES_ENV, pytest_configure, pytest_terminal_summary  # noqa: E402,F401

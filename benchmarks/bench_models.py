@@ -106,9 +106,8 @@ def import_torch():
 
 
 # A reference process loads torch before needle_kernels, so torch's own OpenMP runtime is the one
-# loaded, under the environment as given (needle_kernels sets GOMP_SPINCOUNT when imported); a
-# needle process never loads torch. In one process needle_kernels comes first, so both libraries
-# share the system's runtime with the spin needle_kernels sets.
+# loaded, under the environment as given; a needle process never loads torch. In one process
+# needle_kernels comes first, so both libraries share the system's runtime.
 torch = import_torch() if ALONE == "reference" else None
 
 REPO = Path(__file__).resolve().parents[1]

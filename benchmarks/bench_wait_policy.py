@@ -1,4 +1,4 @@
-"""Why needle_kernels lets its idle OpenMP threads spin only briefly (GOMP_SPINCOUNT=1000).
+"""How long idle OpenMP threads should spin: libgomp's default alone, briefly where processes share cores.
 
 Runs the same four loops in a fresh process per OpenMP wait policy and
 prints their times: many mid-sized element-wise kernels back to back (a
@@ -15,6 +15,9 @@ Threads that sleep at once (PASSIVE) pay a wake-up per kernel, and threads
 whose spin ends within the millisecond pay it in the fourth loop; threads that
 spin long take the cores that numpy's OpenBLAS pool (where it keeps one:
 ``NEEDLE_SHARE_BLAS_THREADS=0``) and, above all, the other process's threads need.
+The package sets no spin, so a process alone keeps libgomp's (the "alone" row);
+the hub and the test suite, which run processes on the same cores, set 1000
+(the "shared" row).
 
     python benchmarks/bench_wait_policy.py
 """
@@ -72,11 +75,11 @@ else:
 
 POLICIES = [
     ("PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"}),
-    ("GOMP_SPINCOUNT=1000 (here)", {"GOMP_SPINCOUNT": "1000"}),
+    ("GOMP_SPINCOUNT=1000 (shared)", {"GOMP_SPINCOUNT": "1000"}),
     ("GOMP_SPINCOUNT=10000", {"GOMP_SPINCOUNT": "10000"}),
     ("GOMP_SPINCOUNT=30000", {"GOMP_SPINCOUNT": "30000"}),
     ("GOMP_SPINCOUNT=100000", {"GOMP_SPINCOUNT": "100000"}),
-    ("GOMP_SPINCOUNT=300000 (libgomp)", {"GOMP_SPINCOUNT": "300000"}),
+    ("GOMP_SPINCOUNT=300000 (alone)", {"GOMP_SPINCOUNT": "300000"}),
     ("ACTIVE", {"OMP_WAIT_POLICY": "ACTIVE"}),
     # what a class's hub gives each user (hub/launch.py --threads-per-user): fewer threads than cores
     ("GOMP_SPINCOUNT=1000, 1 thread", {"GOMP_SPINCOUNT": "1000", "OMP_NUM_THREADS": "1"}),

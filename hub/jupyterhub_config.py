@@ -74,6 +74,10 @@ c.Spawner.environment = {
     "NK_HUB_GITCONFIG": settings["gitconfig"],
     # the threads a user's kernels compute on (see hub/launch.py: students share the cores)
     "OMP_NUM_THREADS": str(settings["threads_per_user"]),
+    # and whose idle threads sleep after a short spin: libgomp's default spin keeps a finished
+    # kernel's threads on the cores for milliseconds, which another user's kernels then wait
+    # out (benchmarks/bench_wait_policy.py, its rows for two processes at once)
+    "GOMP_SPINCOUNT": "1000",
 }
 if settings.get("data_dir"):
     # the lectures' MNIST, PTB and CIFAR-10, in a folder every account can read

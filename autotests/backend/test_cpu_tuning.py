@@ -65,6 +65,19 @@ def test_each_family_picks_its_row(tmp_path, family):
     assert cpu_tuning.tuning_for(cpu).family == family
 
 
+def test_a_model_number_not_in_the_table_is_known_by_its_flags(tmp_path):
+    # a KVM guest on an Intel server core with AMX reported a desktop part's model number (167)
+    flags = "fpu avx2 avx512f avx512bw amx_bf16 amx_tile amx_int8"
+    text = f"vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\nflags\t\t: {flags}\n"
+    cpu = cpu_tuning.read_cpu(cpuinfo(tmp_path, text))
+    assert cpu["flags"] == frozenset(flags.split())
+    assert cpu_tuning.tuning_for(cpu).family == "Intel Sapphire/Emerald/Granite Rapids"
+    # without the flag, or on another vendor, the model number decides as before
+    assert cpu_tuning.tuning_for({**cpu, "flags": frozenset({"avx512f"})}) is cpu_tuning.PORTABLE
+    assert cpu_tuning.tuning_for({**cpu, "vendor": "AuthenticAMD"}) is cpu_tuning.PORTABLE
+    assert cpu_tuning.tuning_for({**cpu, "model": 106}).family == "Intel Ice Lake/Tiger Lake"
+
+
 @pytest.mark.parametrize("what", sorted(UNKNOWN))
 def test_an_unknown_cpu_gets_the_portable_row(tmp_path, what):
     assert cpu_tuning.tuning_for(cpu_tuning.read_cpu(cpuinfo(tmp_path, UNKNOWN[what]))) is cpu_tuning.PORTABLE

@@ -273,6 +273,7 @@ def student_probe(hub, paths):
         "print(json.dumps({'closed': found, 'user': pwd.getpwuid(os.getuid()).pw_name,\n"
         "                  'data': os.environ.get('NEEDLE_DATA_DIR'), 'mnist': said.getvalue(),\n"
         "                  'shape': list(X.shape), 'threads': ndarray_backend_cpu.get_num_threads(),\n"
+        "                  'spin': os.environ.get('GOMP_SPINCOUNT'),\n"
         f"                  'lectures': sorted(os.listdir(os.path.expanduser('~/{COURSE}/lectures')))}}))\n")
 
 
@@ -367,6 +368,8 @@ def test_a_class_on_one_server(browser, system_class, tmp_path_factory):  # noqa
     # her kernels compute on the threads the hub gives each user, not on every core
     settings = json.loads((hub.state / "hub-settings.json").read_text())
     assert seen["threads"] == settings["threads_per_user"] == max(1, (os.cpu_count() or 1) // 4), seen
+    # whose idle threads give the cores back soon after a kernel, since other users' need them
+    assert seen["spin"] == "1000", seen
     assert "02_softmax_regression.ipynb" in seen["lectures"]
     lecture = Path(f"/home/{ALICE}/{COURSE}/lectures/02_softmax_regression.ipynb")
     assert lecture.stat().st_uid == pwd.getpwnam(ALICE).pw_uid

@@ -5,7 +5,7 @@ microarchitecture says which one to prefer and how to block for its caches. Zen 
 runs 512-bit FMAs as two 256-bit halves, Intel server cores have two 512-bit FMA
 ports and a larger L1 and L2, the hybrid client cores have no AVX-512 at all. So the
 choice is a table keyed by what the CPU reports (vendor, family, model, from
-``/proc/cpuinfo``), each row naming its family, its preferred kernel and its blocks;
+``/proc/cpuinfo``, else a flag only one family has), each row naming its family, its preferred kernel and its blocks;
 an unknown CPU gets the portable default, the widest kernel it can run.
 
 Matmul blocks are measured where a row says so (``benchmarks/bench_blocking.py`` prints the
@@ -34,6 +34,8 @@ class Tuning:
     source: str = "the caches the CPU reports"
 
 
+INTEL_RAPIDS = Tuning("Intel Sapphire/Emerald/Granite Rapids", "avx512")
+
 # (vendor, family, models or None for every model, tuning); the first match wins.
 TABLE = (
     ("AuthenticAMD", 0x19, {*range(0x10, 0x20), *range(0x60, 0x80), *range(0xA0, 0xB0)},
@@ -43,11 +45,18 @@ TABLE = (
     ("AuthenticAMD", 0x19, None, Tuning("AMD Zen 3", "avx2", kc=256, mc=192, band=512, direct_rows=192,
                                         source="measured on an AMD EPYC (Zen 3) with benchmarks/bench_blocking.py")),
     ("AuthenticAMD", 0x17, None, Tuning("AMD Zen 1/2", "avx2")),
-    ("GenuineIntel", 6, {0x8F, 0xCF, 0xAD, 0xAE}, Tuning("Intel Sapphire/Emerald/Granite Rapids", "avx512")),
+    ("GenuineIntel", 6, {0x8F, 0xCF, 0xAD, 0xAE}, INTEL_RAPIDS),
     ("GenuineIntel", 6, {0x6A, 0x6C, 0x7D, 0x7E, 0x8C, 0x8D}, Tuning("Intel Ice Lake/Tiger Lake", "avx512")),
     ("GenuineIntel", 6, {0x55}, Tuning("Intel Skylake-SP/Cascade Lake", "avx512")),
     ("GenuineIntel", 6, {0x97, 0x9A, 0xAA, 0xAC, 0xB7, 0xBA, 0xBF, 0xC5, 0xC6},
      Tuning("Intel Alder/Raptor/Meteor/Arrow Lake", "avx2")),
+)
+
+# (vendor, family, a flag only that family reports, tuning), for a CPU whose model number is not in
+# TABLE: a hypervisor may report another model's number (a KVM guest on an Intel server core with
+# AMX has reported model 167, a desktop part's), but not hide the instructions its guest can run.
+BY_FEATURE = (
+    ("GenuineIntel", 6, "amx_tile", INTEL_RAPIDS),
 )
 
 PORTABLE = Tuning("portable", "widest")
@@ -61,8 +70,8 @@ DEFAULT_BLOCKS = {"kc": 256, "mc": 192, "band": 512, "direct": 1 << 18, "winogra
 
 
 def read_cpu(cpuinfo="/proc/cpuinfo"):
-    """The first processor's vendor, family, model and model name; empty where unreadable
-    (another OS, an architecture that reports other fields)."""
+    """The first processor's vendor, family, model, model name and flags (where it lists them);
+    empty where unreadable (another OS, an architecture that reports other fields)."""
     fields = {}
     try:
         with open(cpuinfo) as f:
@@ -76,6 +85,8 @@ def read_cpu(cpuinfo="/proc/cpuinfo"):
     for key, name in (("cpu family", "family"), ("model", "model")):
         if re.fullmatch(r"\d+", fields.get(key, "")):
             out[name] = int(fields[key])
+    if "flags" in fields:
+        out["flags"] = frozenset(fields["flags"].split())
     return out
 
 
@@ -131,9 +142,13 @@ def blocks_for_caches(caches, nr):
 
 
 def tuning_for(cpu):
-    """The table's row for a CPU as read_cpu describes it, or PORTABLE."""
+    """The table's row for a CPU as read_cpu describes it (by its model, else by its flags), or
+    PORTABLE."""
     for vendor, family, models, tuning in TABLE:
         if cpu.get("vendor") == vendor and cpu.get("family") == family and (models is None or cpu.get("model") in models):
+            return tuning
+    for vendor, family, flag, tuning in BY_FEATURE:
+        if cpu.get("vendor") == vendor and cpu.get("family") == family and flag in cpu.get("flags", ()):
             return tuning
     return PORTABLE
 
