@@ -368,7 +368,7 @@ def test_a_class_on_one_server(browser, system_class, tmp_path_factory):  # noqa
     # her kernels compute on the threads the hub gives each user, not on every core
     settings = json.loads((hub.state / "hub-settings.json").read_text())
     assert seen["threads"] == settings["threads_per_user"] == max(1, (os.cpu_count() or 1) // 4), seen
-    # whose idle threads give the cores back soon after a kernel, since other users' need them
+    # whose idle threads give the cores back soon after a kernel, since other users' kernels need them
     assert seen["spin"] == "1000", seen
     assert "02_softmax_regression.ipynb" in seen["lectures"]
     lecture = Path(f"/home/{ALICE}/{COURSE}/lectures/02_softmax_regression.ipynb")

@@ -5,8 +5,9 @@ microarchitecture says which one to prefer and how to block for its caches. Zen 
 runs 512-bit FMAs as two 256-bit halves, Intel server cores have two 512-bit FMA
 ports and a larger L1 and L2, the hybrid client cores have no AVX-512 at all. So the
 choice is a table keyed by what the CPU reports (vendor, family, model, from
-``/proc/cpuinfo``, else a flag only one family has), each row naming its family, its preferred kernel and its blocks;
-an unknown CPU gets the portable default, the widest kernel it can run.
+``/proc/cpuinfo``, else a flag only one family has), each row naming its family, its
+preferred kernel and its blocks; an unknown CPU gets the portable default, the widest
+kernel it can run.
 
 Matmul blocks are measured where a row says so (``benchmarks/bench_blocking.py`` prints the
 grid to measure them on a new CPU), as is, on Zen 3, from how many rows of A the packed
