@@ -257,16 +257,20 @@ def test_unknown_isa(cpu):
 
 
 @pytest.mark.parametrize("given, spin", [({}, None), ({"GOMP_SPINCOUNT": "1000"}, "1000"),
-                                         ({"OMP_WAIT_POLICY": "PASSIVE"}, None)],
-                         ids=["default", "spin-given", "policy-given"])
-def test_the_package_leaves_the_openmp_wait_policy_to_its_launcher(given, spin):
+                                         ({"OMP_WAIT_POLICY": "PASSIVE"}, None),
+                                         ({"NEEDLE_SHARE_BLAS_THREADS": "0"}, "1000"),
+                                         ({"NEEDLE_SHARE_BLAS_THREADS": "0", "GOMP_SPINCOUNT": "5"}, "5")],
+                         ids=["default", "spin-given", "policy-given", "two-pools", "two-pools-spin-given"])
+def test_idle_threads_spin_long_unless_another_pool_shares_the_cores(given, spin):
     # a process alone keeps libgomp's long spin (a kernel after some Python finds its threads
     # awake); where processes share the cores, whoever starts them sets a short one (the hub,
-    # this suite's conftest.py; bench_wait_policy.py)
+    # this suite's conftest.py; bench_wait_policy.py); in one process, OpenBLAS on a pool of its
+    # own gets the short one from the package (bench_backend.py --only beside)
     code = ("import os, needle_kernels.backend_ndarray.ndarray_backend_cpu;"
             "print(os.environ.get('GOMP_SPINCOUNT'))")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "NEEDLE_SHARE_BLAS_THREADS")}
     env.update(given, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root, timeout=60)
     assert out.returncode == 0, out.stderr
