@@ -15,9 +15,9 @@ Threads that sleep at once (PASSIVE) pay a wake-up per kernel, and threads
 whose spin ends within the millisecond pay it in the fourth loop; threads that
 spin long take the cores that numpy's OpenBLAS pool (where it keeps one:
 ``NEEDLE_SHARE_BLAS_THREADS=0``) and, above all, the other process's threads need.
-The package sets no spin, so a process alone keeps libgomp's (the "alone" row);
-the hub and the test suite, which run processes on the same cores, set 1000
-(the "shared" row).
+The package sets no spin (but with OpenBLAS on a pool of its own), so a process
+alone keeps libgomp's (the "alone" row); the hub and the test suite, which run
+processes on the same cores, set 1000 (the "shared" row).
 
     python benchmarks/bench_wait_policy.py
 """
