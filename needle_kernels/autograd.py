@@ -7,7 +7,6 @@ gradient of each op is written with ops too, so gradients are Tensors with a
 graph of their own and can be differentiated again.
 """
 from contextlib import contextmanager
-import functools
 import gc
 from functools import reduce
 import math
@@ -46,19 +45,6 @@ def __getattr__(name):
         return live_values()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-@functools.cache
-def _ops():
-    """The ops package, imported on the first operator call.
-
-    The ops modules import this one at their top (for Tensor and TensorOp), so it cannot
-    import them at its own. The cache makes each call after the first a C-level look-up
-    (tens of nanoseconds), where an import statement in every operator would cost a
-    module look-up through the import system per operation.
-    """
-    from . import ops
-
-    return ops
 
 class Op:
     """An operator: ``compute`` on arrays, ``gradient`` on Tensors."""
@@ -115,7 +101,7 @@ class Value:
     """A node of the computation graph."""
 
     op: "Op | None"
-    inputs: "list[Value]"
+    inputs: "tuple[Value, ...]"
     cached_data: object
     requires_grad: bool
     saved = None  # arrays the op kept for its gradient (see SavedForBackward)
@@ -146,7 +132,7 @@ class Value:
                     requires_grad = True
                     break
         self.op = op
-        self.inputs = list(inputs)
+        self.inputs = tuple(inputs)
         self.num_outputs = num_outputs
         self.cached_data = cached_data
         self.requires_grad = requires_grad
@@ -163,7 +149,7 @@ class Value:
         # _init, realize_cached_data and _store, written out: every op of every
         # forward and backward pass comes through here
         value = cls.__new__(cls)
-        inputs = list(inputs)
+        inputs = tuple(inputs)  # the call's own tuple as it is (tuple() returns a tuple unchanged)
         requires_grad = False
         if RECORDING:
             for x in inputs:
@@ -190,7 +176,7 @@ class Value:
         else:
             # Nothing will differentiate through it: no inputs, so the graph above
             # it can be freed (what detach() would do, without a second node).
-            value.op, value.inputs = None, []
+            value.op, value.inputs = None, ()
         return value
 
     @classmethod
@@ -204,7 +190,7 @@ class Value:
         value._init(op, inputs, cached_data=data)
         if not value.requires_grad:
             value.op = None
-            value.inputs = []
+            value.inputs = ()
         return value
 
 
@@ -348,64 +334,61 @@ class Tensor(Value):
     def __str__(self):
         return str(self.realize_cached_data())
 
-    # ---- operators: ``_ops()`` is the ops package (imported on first use, see the top)
+    # ---- operators: ``ops`` is the ops package (imported at the bottom of this module)
     def __add__(self, other):
         if isinstance(other, Tensor):
-            return _ops().add(self, other)
-        return _ops().add_scalar(self, other)
+            return ops.add(self, other)
+        return ops.add_scalar(self, other)
 
     def __mul__(self, other):
         if isinstance(other, Tensor):
-            return _ops().multiply(self, other)
-        return _ops().mul_scalar(self, other)
+            return ops.multiply(self, other)
+        return ops.mul_scalar(self, other)
 
     def __pow__(self, other):
         if isinstance(other, Tensor):
-            return _ops().power(self, other)
-        return _ops().power_scalar(self, other)
+            return ops.power(self, other)
+        return ops.power_scalar(self, other)
 
     def __sub__(self, other):
         if isinstance(other, Tensor):
-            o = _ops()
-            return o.add(self, o.negate(other))
-        return _ops().add_scalar(self, -other)
+            return ops.add(self, ops.negate(other))
+        return ops.add_scalar(self, -other)
 
     def __rsub__(self, other):
-        o = _ops()
-        return o.add_scalar(o.negate(self), other)
+        return ops.add_scalar(ops.negate(self), other)
 
     def __truediv__(self, other):
         if isinstance(other, Tensor):
-            return _ops().divide(self, other)
-        return _ops().divide_scalar(self, other)
+            return ops.divide(self, other)
+        return ops.divide_scalar(self, other)
 
     def __rtruediv__(self, other):
-        o = _ops()
-        return o.mul_scalar(o.power_scalar(self, -1), other)
+        return ops.mul_scalar(ops.power_scalar(self, -1), other)
 
     def __matmul__(self, other):
-        return _ops().matmul(self, other)
+        return ops.matmul(self, other)
 
     def __rmatmul__(self, other):
-        return _ops().matmul(other, self)
+        return ops.matmul(other, self)
 
     def __neg__(self):
-        return _ops().negate(self)
+        return ops.negate(self)
 
     __radd__ = __add__
     __rmul__ = __mul__
 
     def sum(self, axes=None):
-        return _ops().summation(self, axes)
+        return ops.summation(self, axes)
 
     def broadcast_to(self, shape):
-        return _ops().broadcast_to(self, shape)
+        return ops.broadcast_to(self, shape)
 
     def reshape(self, shape):
-        return _ops().reshape(self, shape)
+        return ops.reshape(self, shape)
 
     def transpose(self, axes=None):
-        return _ops().transpose(self, axes)
+        return ops.transpose(self, axes)
 
 
 def compute_gradient_of_variables(output_tensor, out_grad):
@@ -421,17 +404,17 @@ def compute_gradient_of_variables(output_tensor, out_grad):
     """
     from .ops.ops_tuple import MakeTuple  # here: the ops import this module
 
-    node_to_output_grads = {output_tensor: [out_grad]}
+    # node -> its partial adjoints so far: the one Tensor most nodes get, a list once a second comes
+    # (no list per node: a chain of tiny ops spends its backward pass on such bookkeeping)
+    pending = {output_tensor: out_grad}
     tuple_slot_grads = {}  # TensorTuple -> {index: [adjoints]}
     # pop, not get: a node's partial adjoints are needed only until its own adjoint is summed
     for node in reversed(find_topo_sort([output_tensor])):
+        grad = pending.pop(node, None)
         if type(node) is not Tensor and isinstance(node, TensorTuple):  # (the exact type first: it is cheaper)
-            grad = _tuple_adjoint(node, node_to_output_grads.pop(node, None), tuple_slot_grads.pop(node, None))
-        else:
-            grads = node_to_output_grads.pop(node, None)
-            if not grads:
-                continue
-            grad = grads[0] if len(grads) == 1 else sum_node_list(grads)
+            grad = _tuple_adjoint(node, _as_list(grad), tuple_slot_grads.pop(node, None))
+        elif type(grad) is list:
+            grad = sum_node_list(grad)
         if grad is None:
             continue
         if node.op is None:
@@ -448,8 +431,19 @@ def compute_gradient_of_variables(output_tensor, out_grad):
                     pairs = enumerate(partial.inputs if isinstance(partial.op, MakeTuple) else list(partial))
                 for i, item in pairs:
                     slots.setdefault(i, []).append(item)
+                continue
+            earlier = pending.get(inp)
+            if earlier is None:
+                pending[inp] = partial
+            elif type(earlier) is list:
+                earlier.append(partial)
             else:
-                node_to_output_grads.setdefault(inp, []).append(partial)
+                pending[inp] = [earlier, partial]
+
+
+def _as_list(adjoints):
+    """``pending``'s entry for a node (None, one adjoint or a list of them) as a list or None."""
+    return adjoints if adjoints is None or type(adjoints) is list else [adjoints]
 
 
 @contextmanager
@@ -573,6 +567,15 @@ def sum_node_list(node_list):
     first = node_list[0]
     if type(first) is Tensor:
         shape = first.shape
-        if all(type(t) is Tensor and t.shape == shape for t in node_list):
-            return _ops().add_n(*node_list)
+        for t in node_list:  # (a loop rather than all(...): a weight's adjoint may have thousands)
+            if type(t) is not Tensor or t.shape != shape:
+                break
+        else:
+            return ops.add_n(*node_list)
     return reduce(operator.add, node_list)
+
+
+# The ops modules import this one at their top (for Tensor and TensorOp), so the operators above
+# reach them through this name, bound last: by then every name they import from here is defined,
+# whichever of the two modules is imported first
+from . import ops  # noqa: E402

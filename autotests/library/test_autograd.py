@@ -72,7 +72,7 @@ def test_gradients_are_tensors_with_a_graph(device):
 def test_no_graph_without_requires_grad(device):
     x = T([1.0, 2.0], device, requires_grad=False)
     y = ndl.exp(x) * 2.0
-    assert not y.requires_grad and y.is_leaf() and y.inputs == []
+    assert not y.requires_grad and y.is_leaf() and y.inputs == ()
     w = T([1.0, 1.0], device)
     z = (y * w).sum()
     z.backward()

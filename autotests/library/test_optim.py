@@ -80,7 +80,7 @@ def test_steps_build_no_graph_and_leak_no_tensors(device):
         gc.collect()
         assert autograd.TENSOR_COUNTER == before
         for p in model.parameters():
-            assert p.is_leaf() and p.inputs == [] and p.requires_grad
+            assert p.is_leaf() and p.inputs == () and p.requires_grad
 
 
 def test_a_step_alone_creates_no_tensors(device):

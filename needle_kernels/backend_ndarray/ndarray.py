@@ -13,6 +13,7 @@ import builtins
 import functools
 import math
 import numbers
+import operator
 
 import numpy as np
 
@@ -135,21 +136,12 @@ class NDArray:
         return array
 
     # ------------------------------------------------------------ properties
-    @property
-    def shape(self):
-        return self._shape
-
-    @property
-    def strides(self):
-        return self._strides
-
-    @property
-    def offset(self):
-        return self._offset
-
-    @property
-    def device(self):
-        return self._device
+    # Read-only views of the fields, read through C getters: a Python getter runs a frame of its
+    # own on each read, and every operation reads its operands' shapes
+    shape = property(operator.attrgetter("_shape"), doc="The tuple of dimensions.")
+    strides = property(operator.attrgetter("_strides"), doc="The step, in elements, along each axis.")
+    offset = property(operator.attrgetter("_offset"), doc="The index of the first element in the buffer.")
+    device = property(operator.attrgetter("_device"), doc="The BackendDevice holding the buffer.")
 
     @property
     def dtype(self):
@@ -512,10 +504,14 @@ class NDArray:
         dev = self._device
         # the usual operands first, straight to the kernel: a compact array and a compact array of
         # its shape on its device, or a plain number (the general path costs a microsecond more)
-        size = self._compact_size()
+        # (_csize read first: every array an operation makes has it, and a call costs a frame)
+        size = self._csize
+        if size is None:
+            size = self._compact_size()
         if size >= 0:
             if type(other) is NDArray:
-                if other._shape == self._shape and other._device is dev and other._compact_size() == size:
+                if other._shape == self._shape and other._device is dev and (
+                        other._csize == size or other._csize is None and other._compact_size() == size):
                     out = self._like_compact(size)
                     (getattr(dev, ewise) if type(ewise) is str else ewise)(self._handle, other._handle, out._handle)
                     return out
@@ -549,7 +545,9 @@ class NDArray:
         return out
 
     def _unary(self, kernel):
-        size = self._compact_size()
+        size = self._csize  # (as in _ewise_or_scalar)
+        if size is None:
+            size = self._compact_size()
         if size >= 0:  # the usual input, straight to the kernel
             out = self._like_compact(size)
             getattr(self._device, kernel)(self._handle, out._handle)

@@ -505,18 +505,22 @@ def lstm_cell_backward(z, c0, dh, dc):
 
 
 def _activation_adjoint(name, g, x, generic):
-    """out = g * f'(x) for an activation's adjoint kernel ``ewise_<name>`` (g and x of one shape)."""
+    """out = g * f'(x) for an activation's adjoint kernel ``ewise_<name>`` (g and x of one shape);
+    ``generic(g, x)`` computes it with other operations on a device without that kernel."""
     if type(g) is NDArray and type(x) is NDArray and x._shape == g._shape and x._device is g._device:
-        size = g._compact_size()
+        size = g._csize  # (read first, as in NDArray._ewise_or_scalar)
+        if size is None:
+            size = g._compact_size()
         kernel = getattr(g._device, "ewise_" + name, None)
-        if size >= 0 and kernel is not None and x._compact_size() == size:  # the usual operands
+        if size >= 0 and kernel is not None and (
+                x._csize == size or x._csize is None and x._compact_size() == size):  # the usual operands
             out = g._like_compact(size)
             kernel(g._handle, x._handle, out._handle)
             return out
     _same_layout(name, g, x=x)
     dev = g._device
     if not _has_kernel(dev, "ewise_" + name):
-        return generic()
+        return generic(g, x)
     layout = g._pair_layout(x)
     if layout is not None:  # a dense transposed layout (see NDArray._pair_layout)
         g, x, out = g._in_layout_of(layout), x._in_layout_of(layout), layout._empty_like_dense()
@@ -527,19 +531,32 @@ def _activation_adjoint(name, g, x, generic):
     return out
 
 
+# The adjoints below without their kernels, module-level functions rather than a lambda per call
+def _relu_adjoint(g, x):
+    return g * (x > 0.0)
+
+
+def _tanh_adjoint(g, y):
+    return g * ((1.0 - y) * (y + 1.0))
+
+
+def _sigmoid_adjoint(g, y):
+    return g * y * (1.0 - y)
+
+
 def relu_backward(g, x):
     """g * (x > 0): relu's adjoint for out_grad g at its input x, in one kernel."""
-    return _activation_adjoint("relu_backward", g, x, lambda: g * (x > 0.0))
+    return _activation_adjoint("relu_backward", g, x, _relu_adjoint)
 
 
 def tanh_backward(g, y):
     """g * (1 - y) * (1 + y): tanh's adjoint for out_grad g at its output y, in one kernel."""
-    return _activation_adjoint("tanh_backward", g, y, lambda: g * ((1.0 - y) * (y + 1.0)))
+    return _activation_adjoint("tanh_backward", g, y, _tanh_adjoint)
 
 
 def sigmoid_backward(g, y):
     """g * y * (1 - y): sigmoid's adjoint for out_grad g at its output y, in one kernel."""
-    return _activation_adjoint("sigmoid_backward", g, y, lambda: g * y * (1.0 - y))
+    return _activation_adjoint("sigmoid_backward", g, y, _sigmoid_adjoint)
 
 
 def _embedding_ids(name, ids, device):
