@@ -41,6 +41,22 @@ def test_value_used_twice_accumulates(device):
     np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([1, 2, 3]) + 1)
 
 
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_values_used_once_twice_and_many_times_sum_their_partials(device, create_graph):
+    # the backward pass keeps a node's one partial adjoint as is and starts a list at the second:
+    # each count of uses, against the derivative by hand
+    a0, b0, c0 = np.array([0.5, -1.0]), np.array([2.0, 3.0]), np.array([1.5, -0.5])
+    a, b, c = T(a0, device), T(b0, device), T(c0, device)
+    out = a * 3.0 + b * b
+    for _ in range(5):
+        out = out + c * b
+    out.sum().backward(create_graph=create_graph)
+    np.testing.assert_allclose(a.grad.numpy(), np.full(2, 3.0), rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), 2 * b0 + 5 * c0, rtol=1e-6)
+    np.testing.assert_allclose(c.grad.numpy(), 5 * b0, rtol=1e-6)
+    assert type(out.inputs) is tuple and out.inputs[0].op is not None
+
+
 def test_grad_of_grad(device):
     x = T([0.5, -1.0, 2.0], device)
     (x ** 3).sum().backward()
