@@ -46,6 +46,26 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class _OpsOnFirstUse:
+    """Stands for the ops package until an operator first needs it.
+
+    The ops modules import this one at their top (for Tensor and TensorOp), so it cannot import
+    them at its own. The first attribute read imports the package and puts it in this stand-in's
+    place as the module's ``ops``: every operator call after that reads one global, where a
+    cached function or an import statement per call would cost a call more.
+    """
+
+    def __getattr__(self, name):
+        global ops
+        from . import ops as package
+
+        ops = package
+        return getattr(package, name)
+
+
+ops = _OpsOnFirstUse()
+
+
 class Op:
     """An operator: ``compute`` on arrays, ``gradient`` on Tensors."""
 
@@ -334,7 +354,7 @@ class Tensor(Value):
     def __str__(self):
         return str(self.realize_cached_data())
 
-    # ---- operators: ``ops`` is the ops package (imported at the bottom of this module)
+    # ---- operators: ``ops`` is the ops package (see _OpsOnFirstUse)
     def __add__(self, other):
         if isinstance(other, Tensor):
             return ops.add(self, other)
@@ -573,9 +593,3 @@ def sum_node_list(node_list):
         else:
             return ops.add_n(*node_list)
     return reduce(operator.add, node_list)
-
-
-# The ops modules import this one at their top (for Tensor and TensorOp), so the operators above
-# reach them through this name, bound last: by then every name they import from here is defined,
-# whichever of the two modules is imported first
-from . import ops  # noqa: E402
