@@ -81,26 +81,16 @@ class Op:
         raise NotImplementedError()
 
     def gradient_as_tuple(self, out_grad, node):
-        output = self.gradient(out_grad, node)
-        if type(output) is tuple or isinstance(output, tuple):  # the exact type first: every node asks
-            return output
-        if isinstance(output, list):
-            return tuple(output)
-        return (output,)
+        return _as_tuple(self.gradient(out_grad, node))
 
 
-class TensorOp(Op):
-    """An op whose output is a Tensor."""
-
-    def __call__(self, *args):
-        return Tensor.make_from_op(self, args)
-
-
-class TensorTupleOp(Op):
-    """An op whose output is a TensorTuple."""
-
-    def __call__(self, *args):
-        return TensorTuple.make_from_op(self, args)
+def _as_tuple(partials):
+    """What ``Op.gradient`` returned (a tuple, a list or one adjoint) as a tuple."""
+    if isinstance(partials, tuple):
+        return partials
+    if isinstance(partials, list):
+        return tuple(partials)
+    return (partials,)
 
 
 class SavedForBackward:
@@ -166,38 +156,11 @@ class Value:
 
     @classmethod
     def make_from_op(cls, op, inputs):
-        # _init, realize_cached_data and _store, written out: every op of every
-        # forward and backward pass comes through here
-        value = cls.__new__(cls)
-        inputs = tuple(inputs)  # the call's own tuple as it is (tuple() returns a tuple unchanged)
-        requires_grad = False
-        if RECORDING:
-            for x in inputs:
-                if x.requires_grad:
-                    requires_grad = True
-                    break
-        value.num_outputs = 1
-        value.requires_grad = requires_grad
-        if LAZY_MODE:
-            value.op, value.inputs, value.cached_data = op, inputs, None
-            return value
-        arrays = []
-        for x in inputs:
-            data = x.cached_data
-            arrays.append(data if data is not None else x.realize_cached_data())
-        result = op.compute(*arrays)
-        if type(result) is SavedForBackward:
-            if requires_grad:
-                value.saved = result.saved
-            result = result.output
-        value.cached_data = result
-        if requires_grad:
-            value.op, value.inputs = op, inputs
-        else:
-            # Nothing will differentiate through it: no inputs, so the graph above
-            # it can be freed (what detach() would do, without a second node).
-            value.op, value.inputs = None, ()
-        return value
+        """The node ``op(*inputs)``, made as calling a TensorOp or TensorTupleOp makes it (for an
+        op whose own ``__call__`` does more before it makes its node, as TupleGetItem's does)."""
+        if op.output_type is not cls:
+            raise TypeError(f"{cls.__name__}.make_from_op: a {type(op).__name__} makes a {op.output_type.__name__}")
+        return TensorOp.__call__(op, *inputs)
 
     @classmethod
     def make_with_data(cls, op, inputs, data):
@@ -411,6 +374,54 @@ class Tensor(Value):
         return ops.transpose(self, axes)
 
 
+class TensorOp(Op):
+    """An op whose output is a Tensor."""
+
+    output_type = Tensor
+
+    def __call__(self, *inputs):
+        """A new node of ``self`` on ``inputs``, its array computed now (eager mode).
+
+        Every op of every forward and backward pass comes through here, so the steps are written
+        out in this one frame rather than split into helpers (``_init``, ``_store``)."""
+        value = self.output_type.__new__(self.output_type)
+        requires_grad = False
+        if RECORDING:
+            for x in inputs:
+                if x.requires_grad:
+                    requires_grad = True
+                    break
+        value.num_outputs = 1
+        value.requires_grad = requires_grad
+        if LAZY_MODE:
+            value.op, value.inputs, value.cached_data = self, inputs, None
+            return value
+        arrays = []
+        for x in inputs:
+            data = x.cached_data
+            arrays.append(data if data is not None else x.realize_cached_data())
+        result = self.compute(*arrays)
+        if type(result) is SavedForBackward:
+            if requires_grad:
+                value.saved = result.saved
+            result = result.output
+        value.cached_data = result
+        if requires_grad:
+            value.op, value.inputs = self, inputs
+        else:
+            # Nothing will differentiate through it: no inputs, so the graph above
+            # it can be freed (what detach() would do, without a second node).
+            value.op, value.inputs = None, ()
+        return value
+
+
+class TensorTupleOp(Op):
+    """An op whose output is a TensorTuple."""
+
+    output_type = TensorTuple
+    __call__ = TensorOp.__call__  # the same steps, making a TensorTuple
+
+
 def compute_gradient_of_variables(output_tensor, out_grad):
     """Reverse-mode AD: set ``.grad`` on every leaf of ``output_tensor``'s graph.
 
@@ -440,7 +451,10 @@ def compute_gradient_of_variables(output_tensor, out_grad):
         if node.op is None:
             node.grad = grad
             continue
-        for inp, partial in zip(node.inputs, node.op.gradient_as_tuple(grad, node)):
+        partials = node.op.gradient(grad, node)  # (gradient_as_tuple written out: a call less per node)
+        if type(partials) is not tuple:  # one Tensor, as a unary op's gradient is, else see _as_tuple
+            partials = (partials,) if type(partials) is Tensor else _as_tuple(partials)
+        for inp, partial in zip(node.inputs, partials):
             if partial is None or not inp.requires_grad:
                 continue
             if type(inp) is not Tensor and isinstance(inp, TensorTuple):

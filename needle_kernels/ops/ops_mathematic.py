@@ -49,6 +49,8 @@ class EWiseAdd(TensorOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
+        if a.shape == b.shape:  # nothing was broadcast: the usual case, without summing back
+            return out_grad, out_grad
         return _unbroadcast(out_grad, a.shape), _unbroadcast(out_grad, b.shape)
 
 
@@ -101,11 +103,20 @@ def _scalar(value, name):
     raise TypeError(f"{name}: the scalar must be a real number or a one-element array, got {value!r}")
 
 
-class AddScalar(TensorOp):
-    """out = a + c.  da = g."""
+class ScalarOp(TensorOp):
+    """An op of a Tensor and a Python number, ``self.scalar`` (see _scalar)."""
+
+    name = "scalar op"  # for errors: the function that makes the op
 
     def __init__(self, scalar):
-        self.scalar = _scalar(scalar, "add_scalar")
+        # a float or an int as it is, without a call: every ``x * 0.5`` of a model makes one of these
+        self.scalar = scalar if type(scalar) is float or type(scalar) is int else _scalar(scalar, self.name)
+
+
+class AddScalar(ScalarOp):
+    """out = a + c.  da = g."""
+
+    name = "add_scalar"
 
     def compute(self, a):
         return a + self.scalar
@@ -128,6 +139,8 @@ class EWiseMul(TensorOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
+        if a.shape == b.shape:  # (as in EWiseAdd)
+            return out_grad * b if a.requires_grad else None, out_grad * a if b.requires_grad else None
         da = _unbroadcast(out_grad * b, a.shape) if a.requires_grad else None
         db = _unbroadcast(out_grad * a, b.shape) if b.requires_grad else None
         return da, db
@@ -137,11 +150,10 @@ def multiply(a, b):
     return EWiseMul()(a, b)
 
 
-class MulScalar(TensorOp):
+class MulScalar(ScalarOp):
     """out = c * a.  da = c * g."""
 
-    def __init__(self, scalar):
-        self.scalar = _scalar(scalar, "mul_scalar")
+    name = "mul_scalar"
 
     def compute(self, a):
         return a * self.scalar
@@ -176,11 +188,10 @@ def power(a, b):
     return EWisePow()(a, b)
 
 
-class PowerScalar(TensorOp):
+class PowerScalar(ScalarOp):
     """out = a ** c for a constant c.  da = g * c * a**(c-1)."""
 
-    def __init__(self, scalar):
-        self.scalar = _scalar(scalar, "power_scalar")
+    name = "power_scalar"
 
     def compute(self, a):
         return a ** self.scalar
@@ -215,11 +226,10 @@ def divide(a, b):
     return EWiseDiv()(a, b)
 
 
-class DivScalar(TensorOp):
+class DivScalar(ScalarOp):
     """out = a / c.  da = g / c."""
 
-    def __init__(self, scalar):
-        self.scalar = _scalar(scalar, "divide_scalar")
+    name = "divide_scalar"
 
     def compute(self, a):
         return a / self.scalar
