@@ -184,6 +184,17 @@ def test_lazy_mode(device, monkeypatch):
     np.testing.assert_allclose(y.numpy(), [2.0, 4.0])
 
 
+def test_make_from_op_makes_the_node_calling_the_op_makes(device):
+    a, b = T([1.0, 2.0], device), T([3.0, 4.0], device)
+    node = ndl.Tensor.make_from_op(ndl.ops.EWiseAdd(), [a, b])
+    assert type(node.op) is ndl.ops.EWiseAdd and node.inputs == (a, b)
+    np.testing.assert_allclose(node.numpy(), [4.0, 6.0])
+    node.backward()
+    np.testing.assert_allclose(a.grad.numpy(), [1.0, 1.0])
+    with pytest.raises(TypeError, match="TensorTuple.make_from_op: a EWiseAdd makes a Tensor"):
+        ndl.TensorTuple.make_from_op(ndl.ops.EWiseAdd(), [a, b])
+
+
 def _run(code, backend):
     env = dict(os.environ, NEEDLE_BACKEND=backend)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
