@@ -159,7 +159,8 @@ class Value:
         """The node ``op(*inputs)``, made as calling a TensorOp or TensorTupleOp makes it (for an
         op whose own ``__call__`` does more before it makes its node, as TupleGetItem's does)."""
         if op.output_type is not cls:
-            raise TypeError(f"{cls.__name__}.make_from_op: a {type(op).__name__} makes a {op.output_type.__name__}")
+            raise TypeError(f"{cls.__name__}.make_from_op: a {type(op).__name__} makes a "
+                            f"{op.output_type.__name__}")
         return TensorOp.__call__(op, *inputs)
 
     @classmethod
@@ -473,6 +474,8 @@ def compute_gradient_of_variables(output_tensor, out_grad):
                 earlier.append(partial)
             else:
                 pending[inp] = [earlier, partial]
+        # a partial sent nowhere (its input needs no gradient) goes now, not after the next node
+        partials = partial = None
 
 
 def _as_list(adjoints):

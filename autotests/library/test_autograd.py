@@ -3,6 +3,7 @@ import gc
 import os
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -193,6 +194,44 @@ def test_make_from_op_makes_the_node_calling_the_op_makes(device):
     np.testing.assert_allclose(a.grad.numpy(), [1.0, 1.0])
     with pytest.raises(TypeError, match="TensorTuple.make_from_op: a EWiseAdd makes a Tensor"):
         ndl.TensorTuple.make_from_op(ndl.ops.EWiseAdd(), [a, b])
+
+
+class _SendsToBoth(autograd.TensorOp):
+    """out = a + b, whose gradient also makes a partial for b, whether b needs it or not."""
+
+    def __init__(self, made):
+        self.made = made
+
+    def compute(self, a, b):
+        return a + b
+
+    def gradient(self, out_grad, node):
+        to_b = out_grad * 2.0
+        self.made.append(weakref.ref(to_b))
+        return out_grad, to_b
+
+
+class _Looks(autograd.TensorOp):
+    """out = a, whose gradient first runs ``look``."""
+
+    def __init__(self, look):
+        self.look = look
+
+    def compute(self, a):
+        return a
+
+    def gradient(self, out_grad, node):
+        self.look()
+        return out_grad
+
+
+def test_a_partial_for_an_input_that_needs_no_gradient_goes_before_the_next_node(device):
+    made, alive = [], []
+    x, c = T([1.0, 2.0], device), T([3.0, 4.0], device, requires_grad=False)
+    y = _SendsToBoth(made)(_Looks(lambda: alive.append(made[0]() is not None))(x), c)
+    y.backward(create_graph=False)
+    assert alive == [False]
+    np.testing.assert_allclose(x.grad.numpy(), [1.0, 1.0])
 
 
 def _run(code, backend):
