@@ -88,9 +88,8 @@ def add_n(*tensors):
 
 def _scalar(value, name):
     """A Python number from an int, float, numpy scalar, 0-d array or one-element array
-    (needle's tests pass ``np.random.randn(1)``); integers stay ints (exact powers)."""
-    if type(value) is float or type(value) is int:  # the common case, without the ABC checks
-        return value
+    (needle's tests pass ``np.random.randn(1)``); integers stay ints (exact powers). ScalarOp
+    keeps a plain float or int without calling this."""
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
