@@ -113,6 +113,9 @@ def test_thread_count_does_not_change_results(cpu):
                                      # a last panel of rows of each height: 64 and 37 (a third of
                                      # 12 rows or less), 260 (two thirds), 70 (more; 4 of 6 rows)
                                      (70, 300, 45),
+                                     # rows in several blocks, the last ones cut into pieces that
+                                     # the threads take as they come free, the last piece partial
+                                     (1000, 70, 50),
                                      # deep enough for a transposed A to split its depth among threads
                                      # (each share of 16x2100x147's in blocks of 445 rows of B, the last partial)
                                      (16, 2100, 147), (5, 1025, 3)])

@@ -165,9 +165,15 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
     void nk_pack_a(const float *A, Py_ssize_t lda, Py_ssize_t mc, Py_ssize_t kc, int MR, float *Ap)
     void nk_pack_b(const float *B, Py_ssize_t ldb, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1, int NR,
                    float *Bp)
-    void *nk_aligned_alloc(size_t nbytes)
     enum:
         NK_DIRECT_GROUP
+
+cdef extern from "ndarray_backend_cpu_scratch.h" nogil:
+    void *nk_scratch_alloc(size_t nbytes)
+    void nk_scratch_free(void *p)
+    void nk_scratch_set_cap(size_t cap)
+    size_t nk_scratch_idle_bytes()
+    size_t nk_scratch_cap
 
 __device_name__ = "cpu"
 __tile_size__ = 8
@@ -220,6 +226,8 @@ cdef enum:
     GEMM_KSPLIT_BLOCK_B = 1 << 16
     # Most floats of B packed at once (256 MB).
     GEMM_PACK_MAX = 1 << 26
+    # The packed kernel's last row blocks are cut into this many pieces (see _gemm_packed).
+    TAIL_PIECES = 8
     # The fewest floats (1 MB) of a block of the Winograd weight gradient's input and gradient
     # tiles, whose 16 products are as deep as the block is tall: 4x an AMD Zen 3's convolution
     # block, where shallower products lost to the direct kernel's gathering of the tiles'

@@ -432,12 +432,4 @@ static void nk_pack_b(const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t j0,
     }
 }
 
-static void *nk_aligned_alloc(size_t bytes)
-{
-    void *p = NULL;
-    if (bytes == 0) bytes = 64;
-    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    return p;
-}
-
 #endif

@@ -18,6 +18,8 @@ cdef Py_ssize_t _peak_bytes = 0
 # is emptied and refills with what the next step frees.
 cdef enum:
     SPARE_MIN = 65536
+    # The largest scratch buffer kept: a 2048 x 2048 product's packed B is 16 MB.
+    SCRATCH_CAP = 32 << 20
 cdef dict _spare = {}  # nbytes -> addresses of free buffers of that size
 cdef Py_ssize_t _spare_bytes = 0
 cdef Py_ssize_t _spare_limit = 1024 << 20
@@ -36,6 +38,9 @@ def _read_spare_limit():
 
 
 _spare_limit = _read_spare_limit()
+# The kernels' scratch buffers (ndarray_backend_cpu_scratch.h) are kept under the same
+# switch: NK_SPARE_MB=0 keeps none, and none bigger than the limit.
+nk_scratch_set_cap(min(SCRATCH_CAP, _spare_limit))
 
 
 cdef float *_take_buffer(Py_ssize_t nbytes):
@@ -62,9 +67,11 @@ cdef void _give_buffer(float *data, Py_ssize_t nbytes):
 
 
 def release_cached_buffers():
-    """Free the spare buffers kept for reuse (see NK_SPARE_MB); returns how many bytes that released."""
+    """Free the spare buffers kept for reuse (see NK_SPARE_MB) and the kernels' idle scratch
+    buffers; returns how many bytes that released."""
     global _spare_bytes
-    released = _spare_bytes
+    released = _spare_bytes + nk_scratch_idle_bytes()
+    nk_scratch_set_cap(nk_scratch_cap)
     for addresses in _spare.values():
         for address in addresses:
             free(<void *><size_t>address)
@@ -75,8 +82,10 @@ def release_cached_buffers():
 
 def memory_stats():
     """{"live_bytes": held by live Arrays now, "peak_bytes": the most held since the last reset,
-    "cached_bytes": freed buffers kept for reuse (not counted as live)}."""
-    return {"live_bytes": _live_bytes, "peak_bytes": _peak_bytes, "cached_bytes": _spare_bytes}
+    "cached_bytes": freed buffers kept for reuse (not counted as live), "scratch_bytes": the
+    kernels' idle scratch buffers (packed panels of a matmul and the like) kept for their next call}."""
+    return {"live_bytes": _live_bytes, "peak_bytes": _peak_bytes, "cached_bytes": _spare_bytes,
+            "scratch_bytes": nk_scratch_idle_bytes()}
 
 
 def reset_peak_memory():

@@ -130,16 +130,16 @@ def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo,
     if nt > nblocks:
         nt = <int>nblocks
     per = npix * width + npix * geo.nseg * 2  # the edge segments, and the table (a pointer is two floats)
-    cdef float *Wp = <float *>nk_aligned_alloc(width * ((co + kern.cnr - 1) // kern.cnr) * kern.cnr * sizeof(float))
-    cdef float *Wt = <float *>nk_aligned_alloc(width * co * sizeof(float)) if geo.planar else NULL
-    cdef float *zeros = <float *>nk_aligned_alloc(kc * sizeof(float))
-    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    cdef float *Wp = <float *>nk_scratch_alloc(width * ((co + kern.cnr - 1) // kern.cnr) * kern.cnr * sizeof(float))
+    cdef float *Wt = <float *>nk_scratch_alloc(width * co * sizeof(float)) if geo.planar else NULL
+    cdef float *zeros = <float *>nk_scratch_alloc(kc * sizeof(float))
+    cdef float *buf = <float *>nk_scratch_alloc(nt * per * sizeof(float))
     cdef Py_ssize_t seg, t
     if Wp == NULL or zeros == NULL or buf == NULL or (geo.planar and Wt == NULL):
-        free(Wp)
-        free(Wt)
-        free(zeros)
-        free(buf)
+        nk_scratch_free(Wp)
+        nk_scratch_free(Wt)
+        nk_scratch_free(zeros)
+        nk_scratch_free(buf)
         raise MemoryError("conv_implicit: cannot allocate block buffers")
     nk_reset_threads()  # not at _threads_for: only once nothing left can raise
     with nogil:
@@ -160,10 +160,10 @@ def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo,
                 nk_note_thread(tid)
                 _conv_implicit_block(kern, &geo, Wp, O.data, co, m, npix, blk, zeros, buf + tid * per,
                                      <const float **>(buf + tid * per + npix * width))
-    free(Wp)
-    free(Wt)
-    free(zeros)
-    free(buf)
+    nk_scratch_free(Wp)
+    nk_scratch_free(Wt)
+    nk_scratch_free(zeros)
+    nk_scratch_free(buf)
 
 
 cdef void _conv_implicit_grad_block(const nk_gemm_kernel *kern, const _Windows *g, const float *G, Py_ssize_t co,
@@ -216,11 +216,11 @@ def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pa
         nt = <int>nblocks
     # per thread: its sum, the block's g in strips, the edge segments, the segment table
     per = size + npix * lds + npix * width + npix * geo.nseg * 2
-    cdef float *zeros = <float *>nk_aligned_alloc(kc * sizeof(float))
-    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    cdef float *zeros = <float *>nk_scratch_alloc(kc * sizeof(float))
+    cdef float *buf = <float *>nk_scratch_alloc(nt * per * sizeof(float))
     if zeros == NULL or buf == NULL:
-        free(zeros)
-        free(buf)
+        nk_scratch_free(zeros)
+        nk_scratch_free(buf)
         raise MemoryError("conv_implicit_weight_grad: cannot allocate block buffers")
     nk_reset_threads()  # not at _threads_for: only once nothing left can raise
     with nogil:
@@ -246,8 +246,8 @@ def conv_implicit_weight_grad(a, shape, strides, offset, g, out, k, s, pad_h, pa
         for seg in range(geo.nseg):
             for t in range(geo.seglen):
                 memcpy(O.data + _tap_row(&geo, seg, t) * co, buf + (seg * geo.seglen + t) * lds, co * sizeof(float))
-    free(zeros)
-    free(buf)
+    nk_scratch_free(zeros)
+    nk_scratch_free(buf)
 
 
 def winograd_input(a, out, n, h, w, c):
@@ -311,7 +311,7 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
     if nt > nblocks:
         nt = <int>nblocks
     cdef Py_ssize_t per = 16 * tb * (ci + co)
-    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    cdef float *buf = <float *>nk_scratch_alloc(nt * per * sizeof(float))
     cdef float *V
     cdef float *M
     if buf == NULL:
@@ -332,7 +332,7 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
             for j in range(nb):
                 t = t0 + j
                 nk_winograd_output_tile(M + j * co, tb * co, O.data, t, cth, ctw, ch - 2, cw - 2, co)
-    free(buf)
+    nk_scratch_free(buf)
     if err:
         raise MemoryError("winograd_conv3x3: cannot allocate packing buffers")
 
@@ -361,7 +361,7 @@ def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
         nt = <int>(nblocks if nblocks > 0 else 1)
     # per thread: its 16 sums (c_in x c_out each), one block of input and gradient tiles, one product
     cdef Py_ssize_t per = 16 * pairs + 16 * tb * (ci + co) + pairs
-    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    cdef float *buf = <float *>nk_scratch_alloc(nt * per * sizeof(float))
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
     cdef float *S
     cdef float *V
@@ -394,6 +394,6 @@ def winograd_weight_grad(a, g, out, n, h, w, c_in, c_out):
             for i in range(16 * pairs):
                 buf[i] += buf[tid * per + i]
         nk_winograd_weight_output(buf, O.data, pairs)
-    free(buf)
+    nk_scratch_free(buf)
     if err:
         raise MemoryError("winograd_weight_grad: cannot allocate packing buffers")

@@ -85,7 +85,7 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, con
         nt = <int>nbands
     apsize = (m + MR - 1) // MR * MR * kc
     per = apsize + kc * bandw
-    cdef float *buf = <float *>nk_aligned_alloc(nt * per * sizeof(float))
+    cdef float *buf = <float *>nk_scratch_alloc(nt * per * sizeof(float))
     if buf == NULL:
         return -1
     if nt == 1:
@@ -98,7 +98,7 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, con
             nk_note_thread(threadid())
             _gemm_band(kern, A, at, B, bt, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
                        buf + threadid() * per, buf + threadid() * per + apsize, bias)
-    free(buf)
+    nk_scratch_free(buf)
     return 0
 
 
@@ -132,13 +132,13 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
     rows = _chunks(blocks, nt, 1) * kern.dmr
     if acs != 1:
         rows = _round_up(rows, 16)
-    cdef float *work = <float *>nk_aligned_alloc(nt * per_thread * sizeof(float))
+    cdef float *work = <float *>nk_scratch_alloc(nt * per_thread * sizeof(float))
     if work == NULL:
         return -1
     if _packs_b_strips(m, n, p, b_trans):
-        Bp = <float *>nk_aligned_alloc(n * npan * NR * sizeof(float))
+        Bp = <float *>nk_scratch_alloc(n * npan * NR * sizeof(float))
         if Bp == NULL:
-            free(work)
+            nk_scratch_free(work)
             return -1
         for jp in prange(npan, num_threads=nt, schedule="static"):
             if b_trans:  # B's column strips are nk_pack_a's row panels of the stored B^T
@@ -158,8 +158,8 @@ cdef int _gemm_direct(const nk_gemm_kernel *kern, const float *A, Py_ssize_t ars
             if r0 < m:
                 kern.direct(rows if rows < m - r0 else m - r0, n, p, A + r0 * ars, ars, acs, B, Bp, kd, C + r0 * p,
                             work + t * per_thread)
-    free(Bp)
-    free(work)
+    nk_scratch_free(Bp)
+    nk_scratch_free(work)
     return 0
 
 
@@ -175,7 +175,7 @@ cdef int _gemm_direct_ksplit(const nk_gemm_kernel *kern, const float *A, Py_ssiz
     cdef Py_ssize_t depth = GEMM_KSPLIT_BLOCK_B // p if p < GEMM_KSPLIT_BLOCK_B // 64 else 64
     cdef int t, err = 0
     # per thread: its sum (thread 0's is C) and the product of the current block
-    cdef float *parts = <float *>nk_aligned_alloc((2 * nt - 1) * size * sizeof(float))
+    cdef float *parts = <float *>nk_scratch_alloc((2 * nt - 1) * size * sizeof(float))
     cdef float *dst
     cdef float *blk
     if parts == NULL:
@@ -201,7 +201,7 @@ cdef int _gemm_direct_ksplit(const nk_gemm_kernel *kern, const float *A, Py_ssiz
         dst = parts + (t - 1) * size
         for i in range(size):
             C[i] += dst[i]
-    free(parts)
+    nk_scratch_free(parts)
     return -1 if err else 0
 
 
@@ -265,7 +265,7 @@ cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C,
     """
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
     cdef int MR = kern.mr, NR = kern.nr
-    cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
+    cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it, nfull, piece, ntasks, r0
     cdef float *Bp
     cdef float *Ap_all
     cdef int err = 0, path
@@ -308,7 +308,7 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
     """The packed kernel of _gemm_bias for m, n, p >= 1; A and B row-major, or (at, bt) each
     stored as its transpose."""
     cdef int MR = kern.mr, NR = kern.nr
-    cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it
+    cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it, nfull, piece, ntasks, r0
     cdef float *Bp
     cdef float *Ap_all
     if m <= _mc:
@@ -333,11 +333,19 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
     nb = (m + mc - 1) // mc
     if nb < nt:
         nt = <int>nb
-    Bp = <float *>nk_aligned_alloc(n * nc * sizeof(float))
-    Ap_all = <float *>nk_aligned_alloc(nt * mc * kc * sizeof(float))
+    # The threads take the row blocks as they come free, and the last nt blocks are cut into
+    # pieces of an eighth of a block: threads that began together drift apart over a long
+    # product (the other processes of a shared machine, one core's slower memory), and whole
+    # blocks at the end left one idle for up to a block's time (with 2 threads a 2048 x 2048
+    # product has 12 blocks: up to a twelfth of its time; benchmarks/README.md).
+    nfull = nb - nt if nt > 1 else nb
+    piece = _round_up((mc + TAIL_PIECES - 1) // TAIL_PIECES, MR)
+    ntasks = nfull + (m - nfull * mc + piece - 1) // piece
+    Bp = <float *>nk_scratch_alloc(n * nc * sizeof(float))
+    Ap_all = <float *>nk_scratch_alloc(nt * mc * kc * sizeof(float))
     if Bp == NULL or Ap_all == NULL:
-        free(Bp)
-        free(Ap_all)
+        nk_scratch_free(Bp)
+        nk_scratch_free(Ap_all)
         return -1
     jc = 0
     while jc < p:
@@ -361,12 +369,13 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
                     _pack_b(kern, B, bt, n, p, pc, kc if kc < n - pc else n - pc, jc, jp * NR,
                             (jp + 1) * NR if (jp + 1) * NR < ncur else ncur, Bp + pc * nc)
                 # dynamic: a thread that gets its core back late takes fewer row blocks
-                for ib in prange(nb, schedule="dynamic"):
-                    _gemm_rows(kern, A, at, m, C, Ap_all + threadid() * mc * kc, Bp, ib * mc,
-                               mc if mc < m - ib * mc else m - ib * mc, n, p, kc, nc, jc, ncur, bias)
+                for ib in prange(ntasks, schedule="dynamic"):
+                    r0 = ib * mc if ib < nfull else nfull * mc + (ib - nfull) * piece
+                    _gemm_rows(kern, A, at, m, C, Ap_all + threadid() * mc * kc, Bp, r0,
+                               min(mc if ib < nfull else piece, m - r0), n, p, kc, nc, jc, ncur, bias)
         jc += nc
-    free(Bp)
-    free(Ap_all)
+    nk_scratch_free(Bp)
+    nk_scratch_free(Ap_all)
     return 0
 
 
@@ -447,9 +456,9 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
                 err = _gemm_packed(kern, A.data, ta, B.data, tb, O.data, cm, cn, cp, nt, NULL)
             else:  # the small kernel takes row-major operands: a transposed copy first
                 if ta:
-                    At = <float *>nk_aligned_alloc(cm * cn * sizeof(float))
+                    At = <float *>nk_scratch_alloc(cm * cn * sizeof(float))
                 if tb:
-                    Bt = <float *>nk_aligned_alloc(cn * cp * sizeof(float))
+                    Bt = <float *>nk_scratch_alloc(cn * cp * sizeof(float))
                 if (ta and At == NULL) or (tb and Bt == NULL):
                     err = -1
                 else:
@@ -458,8 +467,8 @@ def matmul_t(a, b, out, m, n, p, trans_a, trans_b):
                     if tb:
                         _transpose_into(B.data, Bt, cp, cn)
                     err = _gemm(At if ta else A.data, Bt if tb else B.data, O.data, cm, cn, cp, nt)
-                free(At)
-                free(Bt)
+                nk_scratch_free(At)
+                nk_scratch_free(Bt)
     if err:
         raise MemoryError("matmul_t: cannot allocate packing buffers")
 

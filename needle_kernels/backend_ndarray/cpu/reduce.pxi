@@ -23,7 +23,7 @@ cdef void _reduce_blocks(const float *a, float *out, Py_ssize_t nout, Py_ssize_t
     seg = _chunks(rs, parts, 16)
     parts = (rs + seg - 1) // seg
     items = nout * parts
-    partial = <float *>nk_aligned_alloc(items * sizeof(float))
+    partial = <float *>nk_scratch_alloc(items * sizeof(float))
     if partial == NULL:  # fall back to one thread rather than fail
         for i in range(nout):
             out[i] = nk_max(a + i * rs, rs) if is_max else nk_sum(a + i * rs, rs)
@@ -36,7 +36,7 @@ cdef void _reduce_blocks(const float *a, float *out, Py_ssize_t nout, Py_ssize_t
         partial[it] = nk_max(a + i * rs + lo, hi - lo) if is_max else nk_sum(a + i * rs + lo, hi - lo)
     for i in range(nout):
         out[i] = nk_max(partial + i * parts, parts) if is_max else nk_sum(partial + i * parts, parts)
-    free(partial)
+    nk_scratch_free(partial)
 
 
 def reduce_max(a, out, reduce_size):
