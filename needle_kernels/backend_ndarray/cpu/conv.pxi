@@ -155,7 +155,10 @@ def conv_implicit(a, shape, strides, offset, w, out, k, s, pad_h, pad_w, ho, wo,
                 _conv_implicit_block(kern, &geo, Wp, O.data, co, m, npix, blk, zeros, buf,
                                      <const float **>(buf + npix * width))
         else:
-            for blk in prange(nblocks, num_threads=nt, schedule="static"):
+            # dynamic: each block writes its own pixels, so a thread that falls behind (another
+            # process on its core) takes fewer blocks, and the result does not depend on who took
+            # which; the gradients below sum per thread, so they keep a fixed split
+            for blk in prange(nblocks, num_threads=nt, schedule="dynamic"):
                 tid = threadid()
                 nk_note_thread(tid)
                 _conv_implicit_block(kern, &geo, Wp, O.data, co, m, npix, blk, zeros, buf + tid * per,
@@ -318,7 +321,7 @@ def winograd_conv3x3(a, u, out, n, h, w, c_in, c_out):
         raise MemoryError("winograd_conv3x3: cannot allocate tile buffers")
     nk_reset_threads()  # not at _threads_for: only once nothing left can raise
     with nogil:
-        for blk in prange(nblocks, num_threads=nt, schedule="static"):
+        for blk in prange(nblocks, num_threads=nt, schedule="dynamic"):  # as conv_implicit's blocks
             nk_note_thread(threadid())
             V = buf + threadid() * per
             M = V + 16 * tb * ci

@@ -94,7 +94,7 @@ cdef int _gemm_few_rows(const nk_gemm_kernel *kern, const float *A, bint at, con
             _gemm_band(kern, A, at, B, bt, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
                        buf, buf + apsize, bias)
     else:
-        for jb in prange(nbands, num_threads=nt, schedule="static"):
+        for jb in prange(nbands, num_threads=nt, schedule="dynamic"):  # as _gemm_packed's row blocks
             nk_note_thread(threadid())
             _gemm_band(kern, A, at, B, bt, C, m, n, p, kc, jb * bandw, bandw if bandw < p - jb * bandw else p - jb * bandw,
                        buf + threadid() * per, buf + threadid() * per + apsize, bias)
