@@ -171,7 +171,7 @@ cdef extern from "ndarray_backend_cpu_gemm.h" nogil:
 cdef extern from "ndarray_backend_cpu_scratch.h" nogil:
     void *nk_scratch_alloc(size_t nbytes)
     void nk_scratch_free(void *p)
-    void nk_scratch_set_cap(size_t cap)
+    void nk_scratch_release_idle()
     size_t nk_scratch_idle_bytes()
     size_t nk_scratch_cap
 

@@ -27,7 +27,7 @@ typedef struct {
 } nk_scratch_slot;
 
 static nk_scratch_slot nk_scratch_slots[NK_SCRATCH_SLOTS];
-/* The largest buffer kept (0: none is kept); set_scratch_cap sets it. */
+/* The largest buffer kept (0: none is kept), set once as the backend loads. */
 static size_t nk_scratch_cap = (size_t)32 << 20;
 
 /* A fresh buffer: its size in the 64 bytes before it (so nk_scratch_free needs only the
@@ -85,7 +85,8 @@ static void nk_scratch_free(void *p)
     size_t bytes = nk_scratch_size(p);
     for (int i = 0; i < NK_SCRATCH_SLOTS; i++) {
         nk_scratch_slot *s = &nk_scratch_slots[i];
-        if (__atomic_load_n(&s->busy, __ATOMIC_ACQUIRE) && s->ptr == p) {
+        /* (another thread may be putting a buffer into a slot it has taken: read atomically) */
+        if (__atomic_load_n(&s->busy, __ATOMIC_ACQUIRE) && __atomic_load_n(&s->ptr, __ATOMIC_RELAXED) == p) {
             nk_scratch_give(s);
             return;
         }
@@ -96,7 +97,7 @@ static void nk_scratch_free(void *p)
             if (!nk_scratch_take(s)) continue;
             if (s->ptr == NULL || s->bytes < bytes) {
                 void *old = s->ptr;
-                s->ptr = p;
+                __atomic_store_n(&s->ptr, p, __ATOMIC_RELAXED);
                 s->bytes = bytes;
                 nk_scratch_give(s);
                 nk_scratch_release(old);
@@ -108,10 +109,9 @@ static void nk_scratch_free(void *p)
     nk_scratch_release(p);
 }
 
-/* Free every idle kept buffer and set the largest kept from now on. */
-static void nk_scratch_set_cap(size_t cap)
+/* Free every idle kept buffer. */
+static void nk_scratch_release_idle(void)
 {
-    nk_scratch_cap = cap;
     for (int i = 0; i < NK_SCRATCH_SLOTS; i++) {
         nk_scratch_slot *s = &nk_scratch_slots[i];
         if (!nk_scratch_take(s)) continue;

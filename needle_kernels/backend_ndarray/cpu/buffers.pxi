@@ -40,7 +40,7 @@ def _read_spare_limit():
 _spare_limit = _read_spare_limit()
 # The kernels' scratch buffers (ndarray_backend_cpu_scratch.h) are kept under the same
 # switch: NK_SPARE_MB=0 keeps none, and none bigger than the limit.
-nk_scratch_set_cap(min(SCRATCH_CAP, _spare_limit))
+nk_scratch_cap = min(SCRATCH_CAP, _spare_limit)
 
 
 cdef float *_take_buffer(Py_ssize_t nbytes):
@@ -71,7 +71,7 @@ def release_cached_buffers():
     buffers; returns how many bytes that released."""
     global _spare_bytes
     released = _spare_bytes + nk_scratch_idle_bytes()
-    nk_scratch_set_cap(nk_scratch_cap)
+    nk_scratch_release_idle()
     for addresses in _spare.values():
         for address in addresses:
             free(<void *><size_t>address)
