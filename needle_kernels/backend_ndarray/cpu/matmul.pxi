@@ -264,10 +264,6 @@ cdef int _gemm_bias(const float *A, const float *B, const float *bias, float *C,
     micro-kernel over them.
     """
     cdef const nk_gemm_kernel *kern = &nk_gemm_kernels[_gemm_index]
-    cdef int MR = kern.mr, NR = kern.nr
-    cdef Py_ssize_t kc, nc, mc, nb, npan, nslices, jc, pc, ncur, jp, ib, it, nfull, piece, ntasks, r0
-    cdef float *Bp
-    cdef float *Ap_all
     cdef int err = 0, path
     if m == 0 or p == 0:
         return 0
