@@ -60,7 +60,7 @@ def test_a_kernels_scratch_buffers_are_kept_for_its_next_call():
         assert cpu.memory_stats()["scratch_bytes"] == 0
         _packed_product(cpu, 300, 300, 300)
         kept = cpu.memory_stats()["scratch_bytes"]
-        assert kept >= 300 * 320 * 4  # at least the packed B (whole 32-column panels)
+        assert kept >= 300 * 300 * 4  # at least the packed B
         _packed_product(cpu, 300, 300, 300, seed=1)  # the same buffers again, holding new panels
         assert cpu.memory_stats()["scratch_bytes"] == kept
         assert cpu.release_cached_buffers() >= kept and cpu.memory_stats()["scratch_bytes"] == 0

@@ -4,7 +4,7 @@
  * A kernel's scratch lives for one call, but the next call of the same kernel wants the
  * same bytes again. Fresh from the allocator, a large buffer is fresh pages: the kernel
  * that first writes them takes a page fault (and a page of zeros) per 4 KB, which for the
- * 16 MB packed B of a 2048 x 2048 product took as long as packing it. So a few freed
+ * 16 MB packed B of a 2048 x 2048 product took longer than packing it. So a few freed
  * buffers are kept (NK_SCRATCH_SLOTS of them, each at most nk_scratch_cap bytes) and
  * the smallest big enough is handed to the next request. Kernels run without the GIL, from
  * any Python thread, so a slot is taken and given back with atomic operations; a request

@@ -333,7 +333,7 @@ cdef int _gemm_packed(const nk_gemm_kernel *kern, const float *A, bint at, const
     # pieces of an eighth of a block: threads that began together drift apart over a long
     # product (the other processes of a shared machine, one core's slower memory), and whole
     # blocks at the end left one idle for up to a block's time (with 2 threads a 2048 x 2048
-    # product has 12 blocks: up to a twelfth of its time; benchmarks/README.md).
+    # product has 12 blocks, 6 a thread: up to a sixth of its time; benchmarks/README.md).
     nfull = nb - nt if nt > 1 else nb
     piece = _round_up((mc + TAIL_PIECES - 1) // TAIL_PIECES, MR)
     ntasks = nfull + (m - nfull * mc + piece - 1) // piece
