@@ -16,13 +16,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "ndarray_backend_cpu_kernels.h" /* nk_buffer_alloc */
+
 #define NK_SCRATCH_SLOTS 4
 /* Smaller requests come from the allocator's heap, already mapped: nothing to save. */
 #define NK_SCRATCH_MIN ((size_t)64 << 10)
 
 typedef struct {
     int busy;       /* 1 while a kernel holds the buffer, or while a slot is being changed */
-    size_t bytes;
     void *ptr;      /* a buffer of nk_scratch_fresh's, or NULL */
 } nk_scratch_slot;
 
@@ -30,12 +31,12 @@ static nk_scratch_slot nk_scratch_slots[NK_SCRATCH_SLOTS];
 /* The largest buffer kept (0: none is kept), set once as the backend loads. */
 static size_t nk_scratch_cap = (size_t)32 << 20;
 
-/* A fresh buffer: its size in the 64 bytes before it (so nk_scratch_free needs only the
- * pointer), itself 64-byte aligned. */
+/* A fresh buffer from the Arrays' allocator: its size in the 64 bytes before it (so
+ * nk_scratch_free needs only the pointer), itself 64-byte aligned. */
 static void *nk_scratch_fresh(size_t bytes)
 {
-    void *base = NULL;
-    if (posix_memalign(&base, 64, bytes + 64) != 0) return NULL;
+    void *base = nk_buffer_alloc(bytes + 64);
+    if (base == NULL) return NULL;
     *(size_t *)base = bytes;
     return (char *)base + 64;
 }
@@ -64,7 +65,8 @@ static void *nk_scratch_alloc(size_t bytes)
         for (int i = 0; i < NK_SCRATCH_SLOTS; i++) {
             nk_scratch_slot *s = &nk_scratch_slots[i];
             if (!nk_scratch_take(s)) continue;
-            if (s->ptr != NULL && s->bytes >= bytes && (best == NULL || s->bytes < best->bytes)) {
+            if (s->ptr != NULL && nk_scratch_size(s->ptr) >= bytes
+                && (best == NULL || nk_scratch_size(s->ptr) < nk_scratch_size(best->ptr))) {
                 if (best != NULL) nk_scratch_give(best);
                 best = s;
             } else {
@@ -95,10 +97,9 @@ static void nk_scratch_free(void *p)
         for (int i = 0; i < NK_SCRATCH_SLOTS; i++) {
             nk_scratch_slot *s = &nk_scratch_slots[i];
             if (!nk_scratch_take(s)) continue;
-            if (s->ptr == NULL || s->bytes < bytes) {
+            if (s->ptr == NULL || nk_scratch_size(s->ptr) < bytes) {
                 void *old = s->ptr;
                 __atomic_store_n(&s->ptr, p, __ATOMIC_RELAXED);
-                s->bytes = bytes;
                 nk_scratch_give(s);
                 nk_scratch_release(old);
                 return;
@@ -117,7 +118,6 @@ static void nk_scratch_release_idle(void)
         if (!nk_scratch_take(s)) continue;
         nk_scratch_release(s->ptr);
         s->ptr = NULL;
-        s->bytes = 0;
         nk_scratch_give(s);
     }
 }
@@ -129,7 +129,7 @@ static size_t nk_scratch_idle_bytes(void)
     for (int i = 0; i < NK_SCRATCH_SLOTS; i++) {
         nk_scratch_slot *s = &nk_scratch_slots[i];
         if (!nk_scratch_take(s)) continue;
-        total += s->ptr != NULL ? s->bytes : 0;
+        total += s->ptr != NULL ? nk_scratch_size(s->ptr) : 0;
         nk_scratch_give(s);
     }
     return total;
