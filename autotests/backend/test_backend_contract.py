@@ -647,11 +647,15 @@ def test_winograd_large(backend, ref, n, h, w, c):
 # ---------------------------------------------------------------- convolution without an im2col matrix
 
 def _implicit_image(rng, n, h, w, c, layout):
-    """(buffer, (shape, strides, offset)): an NHWC image as a compact array, or as the transposed view
-    of an NCHW batch that starts 5 floats into its buffer."""
+    """(buffer, (shape, strides, offset)): an NHWC image as a compact array, as every other column
+    of one (its windows' floats not contiguous: gathered), or as the transposed view of an NCHW
+    batch that starts 5 floats into its buffer."""
     if layout == "nhwc":
         image = rng.standard_normal((n, h, w, c)).astype(np.float32)
         return image, image.ravel(), ((n, h, w, c), (h * w * c, w * c, c, 1), 0)
+    if layout == "columns":
+        wide = rng.standard_normal((n, h, 2 * w, c)).astype(np.float32)
+        return wide[:, :, ::2], wide.ravel(), ((n, h, w, c), (h * 2 * w * c, 2 * w * c, 2 * c, 1), 0)
     nchw = rng.standard_normal((n, c, h, w)).astype(np.float32)
     buffer = np.concatenate([rng.standard_normal(5).astype(np.float32), nchw.ravel()])
     return nchw.transpose(0, 2, 3, 1), buffer, ((n, h, w, c), (c * h * w, w, 1, h * w), 5)
@@ -701,7 +705,8 @@ def _check_implicit(backend, ref, rng, n, h, w, c, k, s, pad_h, pad_w, ho, wo, c
 @given_settings
 @given(st.integers(0, 3), st.integers(1, 9), st.integers(1, 9), st.sampled_from([1, 2, 3, 5, 16]),
        st.integers(1, 5), st.integers(1, 4), st.integers(0, 3), st.integers(0, 3), st.integers(0, 2),
-       st.sampled_from([1, 3, 16, 17, 33, 40]), st.sampled_from(["nhwc", "nchw"]), st.integers(0, 2**32 - 1))
+       st.sampled_from([1, 3, 16, 17, 33, 40]), st.sampled_from(["nhwc", "nchw", "columns"]),
+       st.integers(0, 2**32 - 1))
 def test_conv_implicit(backend, ref, n, h, w, c, k, s, pad_h, pad_w, reach, c_out, layout, seed):
     """Windows that reach past every side of the image (``reach``: rows and columns of windows
     beyond the symmetric padding's count), strides past the kernel, tails of pixel and channel tiles."""
@@ -715,6 +720,7 @@ def test_conv_implicit(backend, ref, n, h, w, c, k, s, pad_h, pad_w, reach, c_ou
     (128, 32, 3, 7, 4, 3, 16, "nhwc"),
     (32, 4, 32, 3, 1, 1, 32, "nhwc"),    # a residual block's 4x4 maps
     (16, 9, 64, 3, 2, 1, 80, "nhwc"),    # 80 channels: two wide strips and a narrow one
+    (8, 12, 5, 3, 1, 1, 24, "columns"),  # every window gathered
 ])
 def test_conv_implicit_large(backend, ref, n, h, c, k, s, p, c_out, layout):
     """Many blocks of pixels over two threads, a last block cut short."""
