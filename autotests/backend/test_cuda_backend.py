@@ -259,9 +259,55 @@ def test_embedding_gather_and_scatter(be, num_rows, rows, dim):
     expect = np.zeros((num_rows, dim))
     np.add.at(expect, ids, g.astype(np.float64))
     np.testing.assert_allclose(_get(be, grad).reshape(num_rows, dim), expect, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match=r"embedding_gather.*\[0, %d\)" % num_rows):
-        be.embedding_gather(_put(be, table), _put(be, np.full(max(rows, 1), num_rows)), be.Array(max(rows, 1) * dim),
-                            num_rows, max(rows, 1), dim)
+
+
+@pytest.fixture
+def host_reads(be, monkeypatch):
+    """How many times a device array is copied back to the host (on the stand-in: its get())."""
+    if sys.modules.get("cupy") is not cupy_host:
+        return []  # on a GPU, not counted
+    reads = []
+    get = cupy_host.ndarray.get
+    monkeypatch.setattr(cupy_host.ndarray, "get", lambda self: reads.append(self.shape) or get(self))
+    return reads
+
+
+def _bad_label_raised_later(be, host_reads, launch, name, value, n):
+    """``launch()`` checks its labels on the device: it returns without a copy back to the host,
+    and the next synchronization raises the reference's ValueError for the first bad one; the
+    one after it raises nothing."""
+    launch()
+    assert host_reads == []  # no copy of the labels, no wait for the GPU, at the call
+    with pytest.raises(ValueError) as info:
+        be.synchronize()
+    assert str(info.value) == f"{name}: label {value!r} is not an integer in [0, {n})"
+    be.synchronize()
+
+
+@pytest.mark.parametrize("fn", ["embedding_gather", "embedding_scatter"])
+@pytest.mark.parametrize("bad", [-1.0, 10.0, 2.5, float("nan")])
+def test_embedding_bad_ids_raise_at_the_next_synchronization(be, host_reads, fn, bad):
+    num_rows, rows, dim = 10, 7, 3
+    ids = np.array([1, 4, bad, 0, 9, bad, 2], np.float32)
+    table = rng.standard_normal((num_rows, dim)).astype(np.float32)
+    g = rng.standard_normal((rows, dim)).astype(np.float32)
+    T, I, G = _put(be, table), _put(be, ids), _put(be, g)
+    out = be.Array((rows if fn == "embedding_gather" else num_rows) * dim)
+    host_reads.clear()
+    if fn == "embedding_gather":
+        _bad_label_raised_later(be, host_reads, lambda: be.embedding_gather(T, I, out, num_rows, rows, dim), fn, bad,
+                                num_rows)
+        got = _get(be, out).reshape(rows, dim)
+        good = ~np.isnan(ids) & (ids == np.floor(ids)) & (ids >= 0) & (ids < num_rows)
+        np.testing.assert_array_equal(got[good], table[ids[good].astype(int)])
+        assert np.isnan(got[~good]).all()  # never read from outside the table
+    else:
+        _bad_label_raised_later(be, host_reads, lambda: be.embedding_scatter(G, I, out, num_rows, rows, dim), fn, bad,
+                                num_rows)
+        good = ~np.isnan(ids) & (ids == np.floor(ids)) & (ids >= 0) & (ids < num_rows)
+        expect = np.zeros((num_rows, dim))
+        np.add.at(expect, ids[good].astype(int), g[good].astype(np.float64))  # the bad rows added nowhere
+        np.testing.assert_allclose(_get(be, out).reshape(num_rows, dim), expect, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- reductions
@@ -640,6 +686,54 @@ def test_layernorm_in_place_and_bad_arguments(be):
         be.layernorm_backward(bx, bdy, mean, invstd, w, be.Array(3), dweight, dbias, rows, cols)
     with pytest.raises(ValueError, match="CUDA backend Array"):
         be.layernorm_backward(bx, bdy, mean, invstd, _ref(weight), out, dweight, dbias, rows, cols)
+
+
+# ---------------------------------------------------------------- softmax cross-entropy
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 5), (9, 300), (4, 1000)])
+def test_softmax_xent_matches_reference(be, rows, cols):
+    # more rows than the capped grid; rows shorter and longer than a block's threads
+    z = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    labels = rng.integers(0, cols, rows).astype(np.float32)
+    g = rng.standard_normal(rows).astype(np.float32)
+    lse, loss, out = be.Array(rows), be.Array(rows), be.Array(rows * cols)
+    be.softmax_xent(_put(be, z), _put(be, labels), lse, loss, rows, cols)
+    be.softmax_xent_grad(_put(be, z), _put(be, labels), lse, _put(be, g), out, rows, cols)
+    r_lse, r_loss, r_out = ref.Array(rows), ref.Array(rows), ref.Array(rows * cols)
+    ref.softmax_xent(_ref(z), _ref(labels), r_lse, r_loss, rows, cols)
+    ref.softmax_xent_grad(_ref(z), _ref(labels), r_lse, _ref(g), r_out, rows, cols)
+    for got, want in ((lse, r_lse), (loss, r_loss), (out, r_out)):
+        np.testing.assert_allclose(_get(be, got), want.array.ravel(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", ["softmax_xent", "softmax_xent_grad"])
+@pytest.mark.parametrize("bad", [5.0, -1.0, 1.5, float("nan")])
+def test_softmax_xent_bad_label_raises_at_the_next_synchronization(be, host_reads, fn, bad):
+    rows, cols = 5, 5
+    z = rng.standard_normal((rows, cols)).astype(np.float32)
+    labels = np.array([0, 4, bad, 2, bad], np.float32)
+    Z, L = _put(be, z), _put(be, labels)
+    lse, loss, out = be.Array(rows), be.Array(rows), be.Array(rows * cols)
+    be.softmax_xent(Z, _put(be, np.zeros(rows, np.float32)), lse, loss, rows, cols)  # a good lse for the gradient
+    G = _put(be, np.ones(rows, np.float32))
+    host_reads.clear()
+    if fn == "softmax_xent":
+        _bad_label_raised_later(be, host_reads, lambda: be.softmax_xent(Z, L, lse, loss, rows, cols), fn, bad, cols)
+        got = _get(be, loss)
+    else:
+        _bad_label_raised_later(be, host_reads, lambda: be.softmax_xent_grad(Z, L, lse, G, out, rows, cols), fn,
+                                bad, cols)
+        got = _get(be, out).reshape(rows, cols)
+    assert np.isnan(got[[2, 4]]).all() and not np.isnan(got[[0, 1, 3]]).any()
+
+
+def test_a_bad_label_is_reported_by_to_numpy_too(be, host_reads):
+    ids = _put(be, np.array([3.0], np.float32))
+    out = be.Array(2)
+    be.embedding_gather(_put(be, np.zeros(4, np.float32)), ids, out, 2, 1, 2)
+    with pytest.raises(ValueError, match=r"embedding_gather: label 3.0 is not an integer in \[0, 2\)"):
+        _get(be, out)
+    np.testing.assert_array_equal(_get(be, out), [np.nan, np.nan])  # reported once
 
 
 # ---------------------------------------------------------------- softmax

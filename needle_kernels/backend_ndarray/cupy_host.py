@@ -289,10 +289,15 @@ static inline float2 make_float2(float x, float y) { return {x, y}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline float __int_as_float(int bits) { float f; std::memcpy(&f, &bits, sizeof f); return f; }
 static inline int __float_as_int(float f) { int bits; std::memcpy(&bits, &f, sizeof bits); return bits; }
-// Threads run one at a time, so an atomic add is a plain one.
+// Threads run one at a time, so an atomic operation is a plain one.
 static inline float atomicAdd(float* address, float value) {
     const float old = *address;
     *address = old + value;
+    return old;
+}
+static inline int atomicCAS(int* address, int compare, int value) {
+    const int old = *address;
+    if (old == compare) *address = value;
     return old;
 }
 

@@ -37,7 +37,6 @@ from .backend_checks import (
     check_winograd_output,
     check_winograd_conv,
     check_winograd_weight_grad,
-    check_labels,
     check_layernorm,
     check_lstm,
     check_softmax,
@@ -49,6 +48,7 @@ from .backend_checks import (
     check_scalar,
     check_size,
     check_view,
+    label_error,
     prod,
     read_view,
 )
@@ -291,8 +291,51 @@ def last_launch():
 
 
 def synchronize():
-    """Wait for every launched kernel to finish (launches are asynchronous)."""
+    """Wait for every launched kernel to finish (launches are asynchronous); raise the
+    ValueError for a bad label that one of them met (see _label_errors)."""
     _require("synchronize").cuda.get_current_stream().synchronize()
+    _raise_label_error()
+
+
+# ---------------------------------------------------------------- labels, checked on the GPU
+#
+# softmax_xent's labels and an embedding's ids index rows inside the kernels. Checking them here
+# before each launch would copy them back and wait for the GPU at every call (four times in a
+# language model's training step); instead the kernels check each one as they read it (label_ok
+# in common.cuh): a bad one is never used as an index, and the first one met is written to a
+# small device block, read back at the next synchronization (to_numpy, synchronize), which raises
+# the ValueError the other backends raise at the call itself.
+
+_LABEL_KERNELS = ("softmax_xent", "softmax_xent_grad", "embedding_gather", "embedding_scatter")
+_label_block = None      # (the cupy module that made it, its int32 (seen, kernel, n, label bits))
+_labels_launched = False  # a kernel that checks labels ran since the block was last read
+_label_lock = threading.Lock()
+
+
+def _label_errors(cupy, name):
+    """The (errors, kernel) arguments of a launch of the label-checking kernel ``name``."""
+    global _label_block, _labels_launched
+    with _label_lock:
+        if _label_block is None or _label_block[0] is not cupy:
+            _label_block = (cupy, cupy.zeros(4, dtype=np.int32))
+        _labels_launched = True
+        return _label_block[1], np.int32(_LABEL_KERNELS.index(name))
+
+
+def _raise_label_error():
+    """Raise the ValueError for the first bad label a kernel met since the last look (after a
+    synchronization: the block is read without waiting for anything still running)."""
+    global _labels_launched
+    with _label_lock:
+        if not _labels_launched:
+            return
+        _labels_launched = False
+        block = _label_block[1]
+        seen, kernel, rows, bits = (int(v) for v in block.get())
+        if not seen:
+            return
+        block.set(np.zeros(4, np.int32))
+    raise label_error(_LABEL_KERNELS[kernel], np.int32(bits).view(np.float32).item(), rows)
 
 
 def _i64(x):
@@ -313,7 +356,9 @@ def to_numpy(a, shape, strides, offset):
     check_view(a.size, shape, strides, offset)
     out = Array(prod(shape))
     _strided("compact", "to_numpy", a, out, shape, strides, offset)
-    return out.array.get().reshape(shape)
+    result = out.array.get().reshape(shape)
+    _raise_label_error()
+    return result
 
 
 def from_numpy(arr, out):
@@ -849,23 +894,22 @@ def _xent_launch(kernel, rows, cols, args):
 
 def softmax_xent(z, labels, lse, loss, rows, cols):
     """Row-wise log-sum-exp and cross-entropy against integer labels (see the reference); a block per row."""
-    _require("softmax_xent")
+    cupy = _require("softmax_xent")
     _check_arrays("softmax_xent", z=z, labels=labels, lse=lse, loss=loss)
     rows, cols = int(rows), int(cols)
     check_softmax_xent("softmax_xent", z, labels, rows, cols, lse=lse, loss=loss)
-    check_labels("softmax_xent", labels.array.get(), cols)  # the kernel indexes with them
-    _xent_launch("softmax_xent", rows, cols, (z.array, labels.array, lse.array, loss.array, _i64(rows), _i64(cols)))
+    _xent_launch("softmax_xent", rows, cols, (z.array, labels.array, lse.array, loss.array, _i64(rows), _i64(cols),
+                                              *_label_errors(cupy, "softmax_xent")))
 
 
 def softmax_xent_grad(z, labels, lse, g, out, rows, cols):
     """out = g * (softmax(z) - one_hot(labels)) row by row (see the reference); a block per row."""
-    _require("softmax_xent_grad")
+    cupy = _require("softmax_xent_grad")
     _check_arrays("softmax_xent_grad", z=z, labels=labels, lse=lse, g=g, out=out)
     rows, cols = int(rows), int(cols)
     check_softmax_xent("softmax_xent_grad", z, labels, rows, cols, lse=lse, g=g, out=out)
-    check_labels("softmax_xent_grad", labels.array.get(), cols)
-    _xent_launch("softmax_xent_grad", rows, cols,
-                 (z.array, labels.array, lse.array, g.array, out.array, _i64(rows), _i64(cols)))
+    _xent_launch("softmax_xent_grad", rows, cols, (z.array, labels.array, lse.array, g.array, out.array, _i64(rows),
+                                                   _i64(cols), *_label_errors(cupy, "softmax_xent_grad")))
 
 
 # ---------------------------------------------------------------- batch normalization
@@ -1059,25 +1103,25 @@ def lstm_cell_backward(z, c0, dh, dc, dz, dc0, rows, hidden):
 
 def embedding_gather(weight, ids, out, num_rows, rows, dim):
     """out (rows, dim) = the rows of weight (num_rows, dim) that ids name (see the reference)."""
-    _require("embedding_gather")
+    cupy = _require("embedding_gather")
     _check_arrays("embedding_gather", weight=weight, ids=ids, out=out)
     num_rows, rows, dim = int(num_rows), int(rows), int(dim)
     check_embedding("embedding_gather", num_rows, rows, dim, weight, ids, out)
-    check_labels("embedding_gather", ids.array.get(), num_rows)  # the kernel indexes with them
     if rows:
         _launch(_kernel("embedding_gather"), *grid_1d(rows * dim),
-                (weight.array, ids.array, out.array, _i64(rows), _i64(dim)))
+                (weight.array, ids.array, out.array, _i64(num_rows), _i64(rows), _i64(dim),
+                 *_label_errors(cupy, "embedding_gather")))
 
 
 def embedding_scatter(g, ids, out, num_rows, rows, dim):
     """out (num_rows, dim) = the sum, row n, of the rows of g (rows, dim) whose id is n (see the
     reference)."""
-    _require("embedding_scatter")
+    cupy = _require("embedding_scatter")
     _check_arrays("embedding_scatter", g=g, ids=ids, out=out)
     num_rows, rows, dim = int(num_rows), int(rows), int(dim)
     check_embedding("embedding_scatter", num_rows, rows, dim, out, ids, g)
-    check_labels("embedding_scatter", ids.array.get(), num_rows)
     fill(out, 0.0)
     if rows:
         _launch(_kernel("embedding_scatter"), *grid_1d(rows * dim),
-                (g.array, ids.array, out.array, _i64(rows), _i64(dim)))
+                (g.array, ids.array, out.array, _i64(num_rows), _i64(rows), _i64(dim),
+                 *_label_errors(cupy, "embedding_scatter")))

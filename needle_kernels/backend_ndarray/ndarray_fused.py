@@ -202,6 +202,9 @@ def _xent_args(name, z, labels):
     labels = np.asarray(labels)
     if labels.shape != (z.shape[0],):
         raise ValueError(f"{name}: labels of shape {labels.shape} do not match logits {z.shape}")
+    # checked here, on the host where they are, so a bad one raises at the call on every device
+    # (the CUDA kernels check them too, but report only at the next synchronization)
+    labels = class_indices(labels, z.shape[1], name)
     return z.compact(), NDArray(labels.astype(np.float32), device=z._device)
 
 

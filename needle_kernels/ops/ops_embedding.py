@@ -10,13 +10,17 @@ import numpy as np
 
 from ..autograd import TensorOp
 from ..backend_selection import array_api, device_of
+from ..labels import class_indices
 
 __all__ = ["EmbeddingGather", "EmbeddingScatter", "EmbeddingLookup", "embedding_lookup"]
 
 
-def _ids_like(ids, a):
-    """The int64 ids (numpy) as an array of a's kind and device: integer-valued float32, as every
-    array holds numbers, which holds every integer up to 2**24 exactly."""
+def _ids_like(name, ids, num_rows, a):
+    """The integer ids (numpy) as an array of a's kind and device: integer-valued float32, as every
+    array holds numbers, which holds every integer up to 2**24 exactly. Each is checked to be in
+    [0, num_rows) here, on the host where they are, so a bad one raises at the call on every device
+    (the CUDA kernels check them too, but report only at the next synchronization)."""
+    ids = class_indices(ids, num_rows, name)
     if ids.size and ids.max() > 2**24:
         raise ValueError(f"embedding: id {ids.max()} is beyond 2**24, which float32 ids cannot hold exactly")
     return array_api.array(ids.astype(np.float32), dtype=a.dtype, device=device_of(a))
@@ -35,7 +39,7 @@ class EmbeddingGather(TensorOp):
         self.ids = ids
 
     def compute(self, weight):
-        return array_api.embedding_gather(weight, _ids_like(self.ids, weight))
+        return array_api.embedding_gather(weight, _ids_like("embedding_gather", self.ids, weight.shape[0], weight))
 
     def gradient(self, out_grad, node):
         return EmbeddingScatter(self.ids, node.inputs[0].shape[0])(out_grad)
@@ -48,7 +52,8 @@ class EmbeddingScatter(TensorOp):
         self.ids, self.num_rows = ids, num_rows
 
     def compute(self, g):
-        return array_api.embedding_scatter(g, _ids_like(self.ids, g), self.num_rows)
+        return array_api.embedding_scatter(g, _ids_like("embedding_scatter", self.ids, self.num_rows, g),
+                                           self.num_rows)
 
     def gradient(self, out_grad, node):
         return EmbeddingGather(self.ids)(out_grad)

@@ -29,6 +29,22 @@ __device__ __forceinline__ float negative_infinity() {
     return __int_as_float(0xff800000);
 }
 
+// A label or id that a kernel indexes n rows with: whether it is an integer in [0, n), as the
+// reference's check asks (compared in double, as numpy compares a float32 with an int). The kernels
+// check their own as they read them, so that the host never copies them back and waits for the
+// GPU before a launch: the first bad one any kernel meets is written to ``errors`` (seen, which
+// kernel, n, the label's bits), and the Python side reads that back at its next synchronization
+// and raises there. A bad label is never used as an index.
+__device__ __forceinline__ bool label_ok(float label, index_t n, int* errors, int kernel) {
+    if ((double)label >= 0.0 && (double)label < (double)n && label == floorf(label)) return true;
+    if (atomicCAS(errors, 0, 1) == 0) {
+        errors[1] = kernel;
+        errors[2] = (int)n;
+        errors[3] = __float_as_int(label);
+    }
+    return false;
+}
+
 #if defined(NK_THREADS)
 // Sums a and b over the threads of a block of at most NK_THREADS (blockDim.x of them, any
 // number) in double, through ``shared``; every thread gets the totals. Every thread of the

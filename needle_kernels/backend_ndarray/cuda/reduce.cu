@@ -141,10 +141,12 @@ reduce_max_middle(const float* a, float* out, index_t outer, index_t R, index_t 
 // softmax_xent / softmax_xent_grad (ndarray_backend_numpy.softmax_xent): one
 // block per row of logits z (rows, cols), grid-stride over rows. The block
 // finds the row's max, then the sum of exp(z - max), with block_reduce; the
-// gradient is one coalesced pass per row. Labels are float32 ids the Python
-// side has checked to be integers in [0, cols).
+// gradient is one coalesced pass per row. Labels are float32 ids, checked here
+// (label_ok, common.cuh): a row whose label is not an integer in [0, cols) gets
+// a NaN loss (and NaN gradient), and the Python side raises at its next
+// synchronization. ``kernel`` is the kernel's number in that report.
 extern "C" __global__ void softmax_xent(const float* z, const float* labels, float* lse, float* loss, index_t rows,
-                                        index_t cols) {
+                                        index_t cols, int* errors, int kernel) {
     __shared__ float row_max;
     for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const float* zr = z + row * cols;
@@ -158,23 +160,24 @@ extern "C" __global__ void softmax_xent(const float* z, const float* labels, flo
         for (index_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(zr[j] - m);
         s = block_reduce(s, SumOp());
         if (threadIdx.x == 0) {
-            const float l = m + logf(s);
+            const float l = m + logf(s), y = labels[row];
             lse[row] = l;
-            loss[row] = l - zr[(index_t)labels[row]];
+            loss[row] = label_ok(y, cols, errors, kernel) ? l - zr[(index_t)y] : __int_as_float(0x7fc00000);
         }
     }
 }
 
 extern "C" __global__ void softmax_xent_grad(const float* z, const float* labels, const float* lse, const float* g,
-                                             float* out, index_t rows, index_t cols) {
+                                             float* out, index_t rows, index_t cols, int* errors, int kernel) {
     for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const float* zr = z + row * cols;
         float* orow = out + row * cols;
-        const float l = lse[row], w = g[row];
-        const index_t y = (index_t)labels[row];
+        const float l = lse[row], w = g[row], label = labels[row];
+        const bool ok = label_ok(label, cols, errors, kernel);  // (the first thread to see a bad one reports it)
+        const index_t y = ok ? (index_t)label : -1;
         for (index_t j = threadIdx.x; j < cols; j += blockDim.x) {
             const float p = expf(zr[j] - l) * w;
-            orow[j] = j == y ? p - w : p;
+            orow[j] = !ok ? __int_as_float(0x7fc00000) : j == y ? p - w : p;
         }
     }
 }
